@@ -57,6 +57,12 @@ _API: dict[str, str] = {
     "runs_dir": "dragonfarm_core.runs",
     "set_runs_dir": "dragonfarm_core.runs",
     "code": "dragonfarm_core.codegen",
+    # rewards and metrics
+    "reward": "dragonfarm_core.rewards",
+    "Reward": "dragonfarm_core.rewards",
+    "RewardError": "dragonfarm_core.rewards",
+    "metrics": "dragonfarm_core.metrics",
+    "metric_regex": "dragonfarm_core.metrics",
     # the app
     "app": "ui.layout",
 }

@@ -37,6 +37,8 @@ SAMPLES = "samples.json"
 MERGED_DIR = "merged"
 JUDGE = "judge.json"
 METRICS = "metrics.json"
+# Custom reward files are copied here, so a GRPO run stays self-contained.
+REWARDS_DIR = "rewards"
 
 ARCHIVED_DIR = "archived"
 FEEDBACK_DIR = "feedback"
@@ -237,3 +239,68 @@ def checkpoint_dir(run_dir: str | os.PathLike[str], step: int) -> Path:
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / CONFIG).is_file()
+
+
+# --- Added for the launcher and resume. ---
+
+LOCKS_DIR = ".locks"
+QUEUE_LOCK = "queue.lock"
+
+
+def queue_lock_path(runs_dir: str | os.PathLike[str]) -> Path:
+    """The lock file that makes a queued -> running transition atomic within a runs dir."""
+    return Path(runs_dir) / LOCKS_DIR / QUEUE_LOCK
+
+
+def write_progress(run_dir: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
+    """Replace progress.jsonl as a whole; only for resume, while no trainer is running."""
+    write_jsonl(Path(run_dir) / PROGRESS, rows)
+
+
+def log_path(run_dir: str | os.PathLike[str]) -> Path:
+    return Path(run_dir) / LOG
+
+
+def adapter_dir(run_dir: str | os.PathLike[str]) -> Path:
+    return Path(run_dir) / ADAPTER_DIR
+
+
+# --- Added for the trainers. ---
+
+CHECKPOINT_TEMP_PREFIX = ".tmp-"
+
+
+def data_path(run_dir: str | os.PathLike[str], split: str) -> Path:
+    """data/train.jsonl or data/eval.jsonl."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}.")
+    return Path(run_dir) / (TRAIN_DATA if split == "train" else EVAL_DATA)
+
+
+def checkpoint_temp_dir(run_dir: str | os.PathLike[str], step: int) -> Path:
+    """Where a checkpoint is written before its rename to checkpoint-<step> makes it visible."""
+    return Path(run_dir) / CHECKPOINTS_DIR / f"{CHECKPOINT_TEMP_PREFIX}{CHECKPOINT_PREFIX}{step}"
+
+
+def checkpoint_temp_dirs(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """Half-written checkpoints left by a killed trainer."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return []
+    return [p for p in root.iterdir() if p.name.startswith(CHECKPOINT_TEMP_PREFIX)]
+
+
+def write_eval(run_dir: str | os.PathLike[str], value: dict[str, Any]) -> None:
+    write_json(Path(run_dir) / EVAL, value)
+
+
+def read_eval(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    return read_json(Path(run_dir) / EVAL)
+
+
+def write_samples(run_dir: str | os.PathLike[str], samples: list[dict[str, Any]]) -> None:
+    write_json(Path(run_dir) / SAMPLES, samples)
+
+
+def read_samples(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
+    return read_json(Path(run_dir) / SAMPLES)

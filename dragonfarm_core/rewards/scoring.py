@@ -1,0 +1,182 @@
+"""Score completions with a list of rewards, the way the GRPO trainer needs it.
+
+    errors = RewardErrors()
+    scores = score(rewards, prompts, completions, references, rows, errors)
+    errors.check()                       # raises RewardError past the error-rate limit
+    scores.total, scores.per_reward["numeric"]
+
+A reward that raises, or returns NaN or something that is not a number, scores 0 for that
+completion and is counted, so one odd completion cannot stop a run; a reward that keeps failing
+(by default more than 20% of at least 20 calls) stops it with the first traceback, which is the
+one that explains the problem. Built-in and command rewards are clipped to [0, 1]; custom
+rewards keep any finite number they return.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import traceback
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from dragonfarm_core.rewards import builtin, command, custom
+from dragonfarm_core.rewards.errors import RewardError
+from dragonfarm_core.rewards.spec import Reward, reward_names
+
+
+def completion_text(completion: Any) -> str:
+    """The text of a completion: a str, or (TRL's conversational form) a list of messages, of
+    which the last one's content is the completion.
+
+    >>> completion_text([{"role": "assistant", "content": "42"}])
+    '42'
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        return str(completion[-1].get("content") or "")
+    raise TypeError(f"A completion must be a str or a list of messages, got {type(completion)}.")
+
+
+def score_one(
+    reward: Reward, prompt: Any, completion: str, reference: str | None, row: Any
+) -> float:
+    """One reward on one completion. Raises on failure; `score` turns failures into counted 0s."""
+    if reward.needs_reference and reference is None:
+        raise RewardError(
+            f"Reward {reward.label!r} compares with the reference, but this row "
+            "has none; map a reference column with map_prompts(reference=...)."
+        )
+    text = completion_text(completion)
+    if reward.type == "custom":
+        value = custom.load_function(str(reward.file), reward.fn)(prompt, text, reference, row)
+    elif reward.type == "command":
+        result = command.run_command(reward.command or (), text, reward.input, reward.timeout)
+        value = command.command_score(result, reward.score_from, reward.min_score, reward.max_score)
+    else:
+        value = _builtin(reward, text, reference or "")
+    if not isinstance(value, numbers.Real):  # bool counts: True is 1
+        raise RewardError(
+            f"Reward {reward.label!r} returned {value!r} ({type(value).__name__});"
+            " a reward must return a number."
+        )
+    value = float(value)
+    if not math.isfinite(value):
+        raise RewardError(f"Reward {reward.label!r} returned {value}; a reward must be finite.")
+    return value if reward.type == "custom" else min(1.0, max(0.0, value))
+
+
+def _builtin(reward: Reward, text: str, reference: str) -> float:
+    if reward.type == "exact":
+        return builtin.exact(text, reference)
+    if reward.type == "contains":
+        return builtin.contains(text, reference)
+    if reward.type == "numeric":
+        return builtin.numeric(text, reference)
+    if reward.type == "regex":
+        return builtin.regex_score(text, str(reward.pattern), reward.case_sensitive)
+    if reward.type == "json":
+        return builtin.json_score(text, reward.keys)
+    if reward.type == "length":
+        return builtin.length_score(text, reward.min_chars, reward.max_chars)
+    if reward.type == "keyword":
+        return builtin.keyword_score(text, reward.words or (), reward.mode, reward.case_sensitive)
+    raise RewardError(f"Reward.type {reward.type!r} has no scorer.")
+
+
+@dataclass
+class _Tally:
+    calls: int = 0
+    errors: int = 0
+    first_traceback: str | None = None
+
+
+@dataclass
+class RewardErrors:
+    """Counts calls and failures per reward across a whole run; `check()` enforces the limit."""
+
+    max_rate: float = 0.2
+    min_calls: int = 20
+    tallies: dict[str, _Tally] = field(default_factory=dict)
+
+    def record(self, name: str, error: BaseException | None = None) -> None:
+        tally = self.tallies.setdefault(name, _Tally())
+        tally.calls += 1
+        if error is not None:
+            tally.errors += 1
+            if tally.first_traceback is None:
+                tally.first_traceback = "".join(traceback.format_exception(error))
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """name -> (calls, errors)."""
+        return {name: (t.calls, t.errors) for name, t in self.tallies.items()}
+
+    def check(self) -> None:
+        """Raise RewardError, carrying the first traceback, for a reward past the limit."""
+        for name, t in self.tallies.items():
+            if t.calls >= self.min_calls and t.errors > self.max_rate * t.calls:
+                raise RewardError(
+                    f"Reward {name!r} failed on {t.errors} of {t.calls} completions (more than "
+                    f"{self.max_rate:.0%}); the first failure was:\n{t.first_traceback}",
+                    traceback=t.first_traceback,
+                )
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Per-reward scores (name -> one per completion) and the weighted total per completion."""
+
+    per_reward: dict[str, list[float]]
+    total: list[float]
+
+
+def score(
+    rewards: Sequence[Reward],
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    references: Sequence[str | None] | None = None,
+    rows: Sequence[Any] | None = None,
+    errors: RewardErrors | None = None,
+) -> Scores:
+    """Score each completion with each reward; failures score 0 and are counted in `errors`.
+
+    >>> from dragonfarm_core.rewards.spec import reward
+    >>> s = score([reward("numeric"), reward("length", max_chars=4, weight=0.5)],
+    ...           ["2+2?", "2+3?"], ["4", "it is 6"], ["4", "5"])
+    >>> s.per_reward, s.total
+    ({'numeric': [1.0, 0.0], 'length': [1.0, 0.25]}, [1.5, 0.125])
+    """
+    n = len(completions)
+    references = [None] * n if references is None else references
+    rows = [None] * n if rows is None else rows
+    for label, column in (("prompts", prompts), ("references", references), ("rows", rows)):
+        if len(column) != n:
+            raise ValueError(f"score: {len(column)} {label} for {n} completions; pass one each.")
+    errors = RewardErrors() if errors is None else errors
+    names = reward_names(list(rewards))
+    per_reward: dict[str, list[float]] = {}
+    for r, name in zip(rewards, names, strict=True):
+
+        def attempt(i: int, r: Reward = r) -> tuple[float, Exception | None]:
+            try:
+                return score_one(r, prompts[i], completions[i], references[i], rows[i]), None
+            except Exception as e:
+                return 0.0, e
+
+        if r.type == "command" and n > 1:  # programs wait on I/O: run a few side by side
+            with ThreadPoolExecutor(max_workers=min(n, os.cpu_count() or 1, 8)) as pool:
+                results = list(pool.map(attempt, range(n)))
+        else:
+            results = [attempt(i) for i in range(n)]
+        for _, error in results:  # counted here, in one thread
+            errors.record(name, error)
+        per_reward[name] = [value for value, _ in results]
+    total = [
+        sum(r.weight * per_reward[name][i] for r, name in zip(rewards, names, strict=True))
+        for i in range(n)
+    ]
+    return Scores(per_reward, total)
