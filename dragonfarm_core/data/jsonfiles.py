@@ -1,0 +1,87 @@
+"""Parse JSON (an array of objects) and JSON Lines files into objects, keeping their place.
+
+Each object comes back with a human label of where it was ("line 7", "item 3"), so that later
+checks (a conversation without a user turn, say) can point at the exact spot in the file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dragonfarm_core.data.errors import DatasetError
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    names = {list: "an array", str: "a string", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def read_json_items(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
+    """The objects of a JSON array, each labelled "item <n>" (1-based)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        hint = (
+            " The file looks like JSON Lines (one object per line): rename it to .jsonl or "
+            "pass format='jsonl'."
+            if exc.msg.startswith("Extra data")
+            else " Fix the file there (a validator such as `python -m json.tool` shows the spot)."
+        )
+        raise DatasetError(
+            f"{path}, line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg}).{hint}"
+        ) from None
+    if isinstance(data, dict):
+        lists = [k for k, v in data.items() if isinstance(v, list)]
+        where = f" Its key {lists[0]!r} holds a list: save that list alone." if lists else ""
+        raise DatasetError(
+            f"{path}: expected a JSON array of objects (one per row), found one object.{where}"
+        )
+    if not isinstance(data, list):
+        raise DatasetError(f"{path}: expected a JSON array of objects, found {_kind(data)}.")
+    if not data:
+        raise DatasetError(f"{path} holds an empty array; add at least one row object.")
+    items = []
+    for i, obj in enumerate(data, start=1):
+        if not isinstance(obj, dict):
+            raise DatasetError(
+                f"{path}, item {i}: expected an object with one key per column, found "
+                f"{_kind(obj)}. Make every element of the array an object."
+            )
+        items.append((f"item {i}", obj))
+    return items
+
+
+def read_jsonl_items(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
+    """The objects of a JSON Lines file, each labelled "line <n>"; blank lines are skipped.
+
+    `text` is never blank (`read_text` refuses that), so at least one object comes back.
+    """
+    items = []
+    # split("\n"), not splitlines(): JSON strings may hold a raw U+2028, which is no line end.
+    for n, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            hint = (
+                " If the whole file is one JSON array, name it .json or pass format='json'."
+                if n == 1 and line.lstrip().startswith("[")
+                else " Each line must be one complete JSON object."
+            )
+            raise DatasetError(
+                f"{path}, line {n}, column {exc.colno}: invalid JSON ({exc.msg}).{hint}"
+            ) from None
+        if not isinstance(obj, dict):
+            raise DatasetError(
+                f"{path}, line {n}: expected a JSON object with one key per column, found "
+                f"{_kind(obj)}. Put one object per line."
+            )
+        items.append((f"line {n}", obj))
+    return items
