@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_check)
     p = sub.add_parser("app", help="start the Gradio app")
     p.add_argument("--runs-dir", default=None)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default=None, help="default: the profile's (127.0.0.1 locally)")
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--profile", default=None, choices=["local", "lab", "spaces"])
     p.set_defaults(func=_app)

@@ -1,0 +1,43 @@
+"""The app shell: profiles, where runs go, and that the app builds with every tab."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+import dragonfarm_core as dragon
+from ui import layout
+from ui.context import app_runs_dir, get_profile
+
+
+def test_build_app_has_one_tab_per_module_and_makes_the_uploads_folder(tmp_path: Path):
+    app = layout.build_app(tmp_path / "runs")
+    assert isinstance(app, gr.Blocks)
+    assert (tmp_path / "runs" / "uploads").is_dir()
+    tabs = [block.label for block in app.blocks.values() if isinstance(block, gr.Tab)]
+    assert tabs == [tab.TITLE for tab in layout.TABS] == ["Data", "Mapping", "Model"]
+    assert dragon.app is layout.build_app
+
+
+def test_profiles(monkeypatch):
+    monkeypatch.delenv("DRAGONFARM_PROFILE", raising=False)
+    assert get_profile().name == "local" and get_profile().host == "127.0.0.1"
+    monkeypatch.setenv("DRAGONFARM_PROFILE", "spaces")
+    assert get_profile().host == "0.0.0.0"
+    assert get_profile("local").name == "local"  # the flag wins over the environment
+    with pytest.raises(ValueError, match="lab"):
+        get_profile("lab")
+    with pytest.raises(ValueError, match="local, spaces"):
+        get_profile("cloud")
+
+
+def test_runs_folder_flag_then_environment_then_default(monkeypatch, tmp_path: Path):
+    local = get_profile("local")
+    monkeypatch.delenv("DRAGONFARM_RUNS_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert app_runs_dir(None, local) == tmp_path / "dragonfarm_runs"
+    monkeypatch.setenv("DRAGONFARM_RUNS_DIR", str(tmp_path / "env"))
+    assert app_runs_dir(None, local) == tmp_path / "env"
+    assert app_runs_dir(tmp_path / "flag", local) == tmp_path / "flag"

@@ -1,0 +1,143 @@
+"""The Data tab: load a file or the example data, see its first rows, its report and the code.
+
+Uploads are copied into `<runs_dir>/uploads/`, so the path in the code panel (and in a run's
+config) keeps working after the app restarts and Gradio's temp files are gone. A file that
+cannot be read leaves the previous dataset loaded and says what is wrong.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import html
+import shutil
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+import dragonfarm_core as dragon
+from dragonfarm_core.data.codegen import dataset_code
+from dragonfarm_core.models import ResolvedModel
+from ui import present
+from ui.context import AppContext, report_tokenizer
+
+TITLE = "Data"
+FILE_TYPES = [".csv", ".tsv", ".json", ".jsonl", ".parquet", ".xlsx"]
+CODE_HINT = "# Load a file or the example data; the Python that does the same appears here."
+
+
+def save_upload(upload: str, uploads_dir: Path, max_upload_mb: int) -> Path:
+    """Copy an uploaded file into the uploads folder under its own name (suffixed if taken)."""
+    src = Path(upload)
+    size_mb = src.stat().st_size / 2**20
+    if size_mb > max_upload_mb:
+        raise dragon.DatasetError(
+            f"{src.name} is {size_mb:.0f} MB; this app accepts files up to {max_upload_mb} MB. "
+            "Use a smaller file, or load the big one from Python with dragon.dataset()."
+        )
+    if src.suffix.lower() not in FILE_TYPES:
+        raise dragon.DatasetError(
+            f"{src.name}: {src.suffix or 'no extension'} is not a supported file type; use "
+            f"{', '.join(FILE_TYPES)}."
+        )
+    uploads_dir.mkdir(parents=True, exist_ok=True)
+    target, n = uploads_dir / src.name, 1
+    # The same file uploaded twice reuses its copy; a different file never overwrites one that
+    # an earlier run's config may point at.
+    while target.exists() and not filecmp.cmp(src, target, shallow=False):
+        n += 1
+        target = uploads_dir / f"{src.stem}-{n}{src.suffix}"
+    if not target.exists():
+        shutil.copyfile(src, target)
+    return target
+
+
+def data_code(ds: dragon.Dataset, model: ResolvedModel) -> str:
+    """The Python that loads this dataset and prints its report."""
+    counted_with = model.name if report_tokenizer(model) else None
+    return present.python_code(
+        dataset_code(ds.spec(), var="ds") + "\n" + present.report_code(counted_with)
+    )
+
+
+def _loaded(ds: dragon.Dataset, model: ResolvedModel) -> tuple[Any, ...]:
+    summary = present.dataset_summary(ds.name, ds.format, len(ds), ds.columns)
+    report = ds.report(tokenizer=report_tokenizer(model)).to_markdown()
+    return ds, present.table_preview(ds.frame), summary, report, data_code(ds, model), ""
+
+
+def _refused(message: str) -> tuple[Any, ...]:
+    gr.Warning(html.escape(message))  # Gradio renders the toast as HTML
+    # Everything else keeps showing the dataset that is still loaded.
+    return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), present.error_html(message)
+
+
+def load_upload(
+    upload: str | None, model: ResolvedModel, uploads_dir: Path, max_upload_mb: int
+) -> tuple[Any, ...]:
+    """Uploaded file -> (dataset, table, summary, report, code, error box)."""
+    if not upload:
+        return (gr.skip(),) * 6
+    try:
+        return _loaded(dragon.dataset(save_upload(upload, uploads_dir, max_upload_mb)), model)
+    except dragon.DatasetError as e:
+        return _refused(str(e))
+
+
+def load_example(model: ResolvedModel) -> tuple[Any, ...]:
+    """The bundled support tickets -> (dataset, table, summary, report, code, error box)."""
+    try:
+        return _loaded(dragon.dataset(dragon.example_data()), model)
+    except (dragon.DatasetError, FileNotFoundError) as e:
+        return _refused(str(e))
+
+
+def show_report(
+    ds: dragon.Dataset | None, mapped: dragon.Dataset | None, model: ResolvedModel
+) -> str:
+    """The mapped dataset's report (per mapped field) when there is one, else the raw one."""
+    current = mapped if mapped is not None else ds
+    if current is None:
+        return ""
+    try:
+        return current.report(tokenizer=report_tokenizer(model)).to_markdown()
+    except dragon.DatasetError as e:
+        return present.error_html(str(e))
+
+
+def build(ctx: AppContext) -> None:
+    with gr.Row():
+        with gr.Column(scale=2):
+            upload = gr.File(
+                label=f"Upload a dataset ({', '.join(FILE_TYPES)}; up to "
+                f"{ctx.profile.max_upload_mb} MB)",
+                file_types=FILE_TYPES,
+                elem_id="data-upload",
+            )
+        with gr.Column(scale=1):
+            example = gr.Button("Use the example data", elem_id="data-example")
+            gr.Markdown("Support tickets with a subject, body, product and the agent's reply.")
+    error = gr.HTML(elem_id="data-error")
+    summary = gr.Markdown(elem_id="data-summary")
+    table = gr.Dataframe(
+        label="First rows", interactive=False, wrap=True, max_height=420, elem_id="data-table"
+    )
+    with gr.Accordion("Data report", open=True):
+        report = gr.Markdown(elem_id="data-report")
+    code = gr.Code(
+        CODE_HINT,
+        language="python",
+        show_line_numbers=False,
+        label="Python",
+        interactive=False,
+        elem_id="data-code",
+    )
+
+    outputs = [ctx.dataset, table, summary, report, code, error]
+    loader = partial(
+        load_upload, uploads_dir=ctx.uploads_dir, max_upload_mb=ctx.profile.max_upload_mb
+    )
+    upload.upload(loader, inputs=[upload, ctx.model], outputs=outputs)
+    example.click(load_example, inputs=ctx.model, outputs=outputs)
+    ctx.mapped.change(show_report, inputs=[ctx.dataset, ctx.mapped, ctx.model], outputs=report)

@@ -1,0 +1,249 @@
+"""The Mapping tab: say which columns fill the prompt and response slots (or the slots of
+preference pairs, RL prompts, whole conversations), and see rows as the model will.
+
+Column chips insert "{column}" into the selected slot; typing a template works the same. Every
+change maps the loaded dataset again and renders the first rows through the chosen model's chat
+template, the learned part highlighted against the masked context, so a wrong mapping shows up
+before any training starts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import gradio as gr
+
+import dragonfarm_core as dragon
+from dragonfarm_core.chat_template import (
+    ChatTemplateError,
+    learned_span,
+    load_chat_template,
+    render,
+)
+from dragonfarm_core.data.codegen import dataset_code, literal
+from dragonfarm_core.data.preview import preview_messages
+from dragonfarm_core.models import ResolvedModel
+from ui import present
+from ui.context import AppContext, report_tokenizer
+
+TITLE = "Mapping"
+PREVIEW_N = 3
+KINDS = [
+    ("Prompt → response (SFT)", "sft"),
+    ("Conversations (a column of JSON message lists)", "conversations"),
+    ("Preference pairs (DPO / ORPO)", "pairs"),
+    ("Prompts for RL (GRPO)", "prompts"),
+]
+SLOTS = ("prompt", "response", "chosen", "rejected", "reference", "system", "messages")
+SLOTS_BY_KIND = {
+    "sft": ("prompt", "response", "system"),
+    "conversations": ("messages",),
+    "pairs": ("prompt", "chosen", "rejected", "system"),
+    "prompts": ("prompt", "reference", "system"),
+}
+REQUIRED_BY_KIND = {
+    "sft": ("prompt", "response"),
+    "conversations": ("messages",),
+    "pairs": ("prompt", "chosen", "rejected"),
+    "prompts": ("prompt",),
+}
+SLOT_LABELS = {
+    "prompt": "Prompt (the user turn)",
+    "response": "Response (the assistant turn that is learned)",
+    "chosen": "Chosen (the preferred reply)",
+    "rejected": "Rejected (the reply to move away from)",
+    "reference": "Reference answer (optional; rewards compare against it)",
+    "system": "System prompt (optional; a column, a template or plain text)",
+    "messages": "Messages column (each cell a JSON list of {role, content})",
+}
+CODE_HINT = "# Map the columns; the Python that builds this dataset appears here."
+
+
+def insert_column(target: str, column: str | None, *texts: str) -> tuple[Any, ...]:
+    """A column chip was clicked: append "{column}" to the target slot, reset the chips."""
+    if not column or target not in SLOTS:
+        return (gr.skip(),) * (len(SLOTS) + 1)
+    i = SLOTS.index(target)
+    # The messages slot names a column, it is not a template.
+    piece = column if target == "messages" else "{" + column + "}"
+    updated = [gr.skip()] * len(SLOTS)
+    updated[i] = (texts[i] or "") + piece
+    return (*updated, None)
+
+
+def show_slots(kind: str) -> tuple[Any, ...]:
+    """The slot boxes the kind uses become visible; the insert target moves to the first."""
+    visible = SLOTS_BY_KIND[kind]
+    boxes = [gr.update(visible=name in visible) for name in SLOTS]
+    return (*boxes, gr.update(choices=list(visible), value=visible[0]))
+
+
+def show_columns(ds: dragon.Dataset | None) -> Any:
+    return gr.update(choices=ds.columns if ds is not None else [], value=None)
+
+
+def conversations_from_column(ds: dragon.Dataset, column: str) -> dragon.Dataset:
+    """Whole conversations from a column whose cells hold JSON lists of messages."""
+    if column not in ds.columns:
+        raise dragon.DatasetError(
+            f"{ds.label} has no column {column!r}. Available columns: "
+            + ", ".join(repr(c) for c in ds.columns)
+            + "."
+        )
+    if ds.source and ds.format in ("json", "jsonl") and column == "messages":
+        return dragon.conversations(ds.source, name=ds.name)
+    convs = []
+    for row, cell in enumerate(ds.frame[column], start=1):
+        try:
+            convs.append(json.loads(cell))
+        except (TypeError, json.JSONDecodeError) as e:
+            raise dragon.DatasetError(
+                f"{ds.label}, row {row}, column {column!r}: expected a JSON list of messages "
+                f'like [{{"role": "user", "content": "..."}}, ...], got {cell!r:.60} ({e}).'
+            ) from e
+    return dragon.conversations(convs, name=ds.name)
+
+
+def map_dataset(ds: dragon.Dataset, kind: str, slots: dict[str, str]) -> dragon.Dataset:
+    """One call of the public API per kind; empty optional slots are left out."""
+    given = {name: text or None for name, text in slots.items()}
+    if kind == "sft":
+        return ds.map(given["prompt"], given["response"], system=given["system"])
+    if kind == "pairs":
+        return ds.map_pairs(given["prompt"], given["chosen"], given["rejected"], given["system"])
+    if kind == "prompts":
+        return ds.map_prompts(given["prompt"], given["reference"], system=given["system"])
+    return conversations_from_column(ds, slots["messages"])
+
+
+def mapping_code(
+    ds: dragon.Dataset, mapped: dragon.Dataset, column: str, model: ResolvedModel
+) -> str:
+    """The Python that builds `mapped`, previews it and prints its report."""
+    counted_with = model.name if report_tokenizer(model) else None
+    tail = f"\nds.preview({PREVIEW_N})\n" + present.report_code(counted_with)
+    if (
+        mapped.mapping is not None
+        and mapped.mapping.kind == "conversations"
+        and mapped.source is None
+    ):
+        rebuild = (
+            dataset_code(ds.spec(), var="table")
+            + "\nds = dragon.conversations("
+            + f"[json.loads(cell) for cell in table.frame[{literal(column)}]], "
+            + f"name={literal(mapped.name)})"
+        )
+        return present.python_code(rebuild + tail, imports=("json",))
+    return present.python_code(dataset_code(mapped.spec(), var="ds") + tail)
+
+
+def preview_segments(
+    messages: list[dict[str, str]], template: str, tokens: dict[str, str]
+) -> list[present.Segment]:
+    """One previewed record as (text, kind) segments: masked context, then what is learned."""
+    turns = [m for m in messages if m["role"] in ("system", "user", "assistant")]
+    extra = {
+        m["role"]: m["content"]
+        for m in messages
+        if m["role"] not in ("system", "user", "assistant")
+    }
+    if "chosen" in extra:
+        context, chosen = learned_span(
+            template, [*turns, {"role": "assistant", "content": extra["chosen"]}], **tokens
+        )
+        _, rejected = learned_span(
+            template, [*turns, {"role": "assistant", "content": extra["rejected"]}], **tokens
+        )
+        return [(context, "masked"), (chosen, "learned"), (rejected, "rejected")]
+    if turns[-1]["role"] == "assistant":
+        context, learned = learned_span(template, turns, **tokens)
+        return [(context, "masked"), (learned, "learned")]
+    segments = [(render(template, turns, add_generation_prompt=True, **tokens), "masked")]
+    if "reference" in extra:
+        segments.append((extra["reference"], "reference"))
+    return segments
+
+
+def preview_html(mapped: dragon.Dataset, model: ResolvedModel) -> str:
+    """The first rows through the model's chat template, learned part highlighted."""
+    template, tokens = load_chat_template(model.base)
+    records = mapped.rendered().records[:PREVIEW_N]
+    examples = [preview_segments(m, template, tokens) for m in preview_messages(records)]
+    return present.chat_preview_html(examples, model.name)
+
+
+def remap(
+    ds: dragon.Dataset | None, model: ResolvedModel, kind: str, *texts: str
+) -> tuple[Any, ...]:
+    """Slots -> (mapped dataset, preview HTML, report, code, error box)."""
+    slots = {name: (text or "").strip() for name, text in zip(SLOTS, texts, strict=True)}
+    if ds is None:
+        return None, present.hint_html("Load a dataset in the Data tab first."), "", CODE_HINT, ""
+    missing = [name for name in REQUIRED_BY_KIND[kind] if not slots[name]]
+    if missing:
+        hint = f"Fill in {' and '.join(missing)}: click a column above, or type a template."
+        return None, present.hint_html(hint), "", CODE_HINT, ""
+    try:
+        mapped = map_dataset(ds, kind, slots)
+        html = preview_html(mapped, model)
+        report = mapped.report(tokenizer=report_tokenizer(model)).to_markdown()
+    except (dragon.DatasetError, ChatTemplateError) as e:
+        return None, "", "", CODE_HINT, present.error_html(str(e))
+    return mapped, html, report, mapping_code(ds, mapped, slots["messages"], model), ""
+
+
+def build(ctx: AppContext) -> None:
+    kind = gr.Radio(KINDS, value="sft", label="What does each row hold?", elem_id="mapping-kind")
+    with gr.Row():
+        with gr.Column(scale=2):
+            chips = gr.Radio(
+                [],
+                label="Columns: click one to insert {column} into the selected slot",
+                elem_id="mapping-chips",
+            )
+            target = gr.Radio(
+                list(SLOTS_BY_KIND["sft"]),
+                value="prompt",
+                label="Insert into",
+                elem_id="mapping-target",
+            )
+            boxes = [
+                gr.Textbox(
+                    label=SLOT_LABELS[name],
+                    lines=2 if name in ("prompt", "system") else 1,
+                    visible=name in SLOTS_BY_KIND["sft"],
+                    elem_id=f"mapping-{name}",
+                )
+                for name in SLOTS
+            ]
+            error = gr.HTML(elem_id="mapping-error")
+        with gr.Column(scale=3):
+            gr.Markdown("**Preview**: the first rows as the model sees them")
+            preview = gr.HTML(
+                present.hint_html("Load a dataset in the Data tab first."),
+                elem_id="mapping-preview",
+            )
+    with gr.Row():
+        with gr.Column(scale=2):
+            report = gr.Markdown(elem_id="mapping-report")
+        with gr.Column(scale=3):
+            code = gr.Code(
+                CODE_HINT,
+                language="python",
+                label="Python",
+                interactive=False,
+                show_line_numbers=False,
+                elem_id="mapping-code",
+            )
+
+    remap_inputs = [ctx.dataset, ctx.model, kind, *boxes]
+    remap_outputs = [ctx.mapped, preview, report, code, error]
+    for name, box in zip(SLOTS, boxes, strict=True):
+        # Runs in the browser only: focusing a slot makes it the chips' target.
+        box.focus(None, None, target, js=f"() => {json.dumps(name)}")
+        box.change(remap, remap_inputs, remap_outputs, trigger_mode="always_last")
+    chips.input(insert_column, [target, chips, *boxes], [*boxes, chips])
+    kind.change(show_slots, kind, [*boxes, target]).then(remap, remap_inputs, remap_outputs)
+    ctx.dataset.change(show_columns, ctx.dataset, chips).then(remap, remap_inputs, remap_outputs)
+    ctx.model.change(remap, remap_inputs, remap_outputs)
