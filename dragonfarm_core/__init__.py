@@ -12,6 +12,7 @@ in subprocesses.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 __version__ = "0.1.0"
@@ -68,6 +69,24 @@ _API: dict[str, str] = {
 }
 
 __all__ = sorted(_API)
+
+# Some public functions share their name with a module of this package (`dragon.runs()` and
+# dragonfarm_core/runs/, `dragon.metrics()` and metrics.py). Importing such a module binds its
+# name on the package, replacing the function, so the module is imported here first and the
+# function bound after it: later imports of the module no longer touch the package's attribute.
+# Both modules are light (runs/ loads its names lazily), so a queued trainer stays cheap.
+importlib.import_module("dragonfarm_core.runs")
+importlib.import_module("dragonfarm_core.metrics")
+
+
+def runs(runs_dir: str | os.PathLike[str] | None = None) -> Any:
+    """One row per run, newest first (a pandas DataFrame). See `dragonfarm_core.runs.store`."""
+    from dragonfarm_core.runs.store import runs as _runs
+
+    return _runs(runs_dir)
+
+
+from dragonfarm_core.metrics import metrics as metrics  # noqa: E402  (after the module import)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,191 @@
+"""The runs directory as a table, and moving runs out of the way: archive, unarchive, delete.
+
+Archiving moves a run's folder under `archived/` in its runs directory, with every file kept;
+unarchiving moves it back exactly as it was. Deleting removes it for good. Archive and delete
+refuse a run that is queued or running, and a run that another run continues from (that run
+loads its adapter), unless `force=True`, which first cancels an active run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dragonfarm_core.runs import files, launch, location
+from dragonfarm_core.runs.run import Run
+
+COLUMNS = [
+    "id",
+    "name",
+    "state",
+    "model",
+    "method",
+    "started",
+    "duration",
+    "final_loss",
+    "continued_from",
+]
+FORCE_CANCEL_TIMEOUT_S = 10
+
+
+def _final_loss(run_dir: Path, status: dict[str, Any]) -> float | None:
+    loss = (status.get("metrics") or {}).get("train_loss")
+    if loss is not None:
+        return loss
+    losses = [r["loss"] for r in files.read_progress(run_dir) if r.get("loss") is not None]
+    return losses[-1] if losses else None
+
+
+def _row(run_dir: Path) -> dict[str, Any]:
+    config = files.read_config(run_dir)
+    status = launch.live_status(run_dir)
+    started = files.parse_iso(status.get("started_at"))
+    finished = files.parse_iso(status.get("finished_at"))
+    if started and not finished and status.get("state") == "running":
+        finished = datetime.now(UTC)
+    parent = config.get("continued_from")
+    return {
+        "id": config.get("id") or run_dir.name,
+        "name": config.get("name"),
+        "state": status.get("state"),
+        "model": (config.get("model") or {}).get("name"),
+        "method": config.get("method"),
+        "started": pd.Timestamp(started) if started else pd.NaT,
+        "duration": (finished - started).total_seconds() if started and finished else None,
+        "final_loss": _final_loss(run_dir, status),
+        "continued_from": Path(parent).name if parent else None,
+        "_created": config.get("created_at") or "",
+    }
+
+
+def _table(root: Path) -> pd.DataFrame:
+    rows = []
+    for child in root.iterdir() if root.is_dir() else []:
+        if child.name in files.RESERVED or not files.is_run_dir(child):
+            continue
+        try:
+            rows.append(_row(child))
+        except (OSError, ValueError) as e:  # one damaged run must not hide the others
+            warnings.warn(
+                f"Skipping {child}: its {files.CONFIG} cannot be read ({e}).", stacklevel=3
+            )
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
+    frame = pd.DataFrame(rows).sort_values(["_created", "id"], ascending=False)
+    frame["duration"] = pd.to_numeric(frame["duration"])
+    frame["final_loss"] = pd.to_numeric(frame["final_loss"])
+    return frame[COLUMNS].reset_index(drop=True)
+
+
+def runs(runs_dir: str | os.PathLike[str] | None = None) -> pd.DataFrame:
+    """One row per run, newest first. `started` is a UTC time, `duration` is in seconds."""
+    return _table(location.runs_dir(runs_dir))
+
+
+def archived_runs(runs_dir: str | os.PathLike[str] | None = None) -> pd.DataFrame:
+    """Runs that archive_run() moved out of the way; same columns as runs()."""
+    return _table(location.runs_dir(runs_dir) / files.ARCHIVED_DIR)
+
+
+def _locate(run: Any, runs_dir: Any, archived: bool) -> Path:
+    """A run's folder from a Run, a path, or an id (in runs_dir, then archived/ if allowed)."""
+    if isinstance(run, Run):
+        return run.dir
+    if files.is_run_dir(run):
+        return Path(run).expanduser().resolve()
+    root = location.runs_dir(runs_dir)
+    places = [root / str(run)] + ([root / files.ARCHIVED_DIR / str(run)] if archived else [])
+    for place in places:
+        if files.is_run_dir(place):
+            return place
+    raise FileNotFoundError(
+        f"No run {str(run)!r} in {' or '.join(str(p.parent) for p in places)}."
+        " dragon.runs() and dragon.archived_runs() list the runs."
+    )
+
+
+def _home(run_dir: Path) -> Path:
+    """The runs directory a run belongs to (an archived run's is two levels up)."""
+    parent = run_dir.parent
+    return parent.parent if parent.name == files.ARCHIVED_DIR else parent
+
+
+def dependents(run_dir: Path) -> list[str]:
+    """Ids of runs (archived ones included) that continue from this one or load its adapter."""
+    home, out = _home(run_dir), []
+    for root in (home, home / files.ARCHIVED_DIR):
+        for child in sorted(root.iterdir()) if root.is_dir() else []:
+            if child == run_dir or not files.is_run_dir(child):
+                continue
+            config = files.read_json(child / files.CONFIG, default={}) or {}
+            adapters = (config.get("model") or {}).get("adapters") or []
+            linked = [config.get("continued_from"), *[str(Path(a).parent) for a in adapters]]
+            if str(run_dir) in linked:
+                out.append(child.name)
+    return out
+
+
+def _check_removable(run_dir: Path, force: bool, verb: str) -> None:
+    state = launch.live_status(run_dir).get("state")
+    if state in files.ACTIVE_STATES:
+        if not force:
+            raise RuntimeError(
+                f"Run {run_dir.name} is {state}; cancel it first "
+                f"(dragon.cancel(run)), or pass force=True to cancel and {verb} it."
+            )
+        launch.cancel_run(run_dir, timeout=FORCE_CANCEL_TIMEOUT_S)
+    users = dependents(run_dir)
+    if users and not force:
+        raise RuntimeError(
+            f"Run {run_dir.name} is the starting point of {', '.join(users)} "
+            f"(they load its adapter); {verb} those first, or pass force=True."
+        )
+
+
+def archive_run(
+    run: Any, runs_dir: str | os.PathLike[str] | None = None, force: bool = False
+) -> str:
+    """Move a run under archived/ in its runs directory, every file kept. Returns its id."""
+    run_dir = _locate(run, runs_dir, archived=False)
+    if run_dir.parent.name == files.ARCHIVED_DIR:
+        raise ValueError(f"Run {run_dir.name} is already archived.")
+    _check_removable(run_dir, force, "archive")
+    target = run_dir.parent / files.ARCHIVED_DIR / run_dir.name
+    if target.exists():
+        raise FileExistsError(f"{target} already exists; delete or rename it first.")
+    target.parent.mkdir(exist_ok=True)
+    shutil.move(run_dir, target)
+    return run_dir.name
+
+
+def unarchive_run(id: Any, runs_dir: str | os.PathLike[str] | None = None) -> str:
+    """Move an archived run back exactly as it was. Returns its id."""
+    if isinstance(id, Run) or files.is_run_dir(id):
+        source = Path(id).resolve()
+    else:
+        source = location.runs_dir(runs_dir) / files.ARCHIVED_DIR / str(id)
+    if source.parent.name != files.ARCHIVED_DIR or not files.is_run_dir(source):
+        raise FileNotFoundError(
+            f"No archived run {str(id)!r} in {source.parent}; dragon.archived_runs() lists them."
+        )
+    target = source.parent.parent / source.name
+    if target.exists():
+        raise FileExistsError(f"{target} already exists; move it away before unarchiving.")
+    shutil.move(source, target)
+    return source.name
+
+
+def delete_run(
+    run: Any, runs_dir: str | os.PathLike[str] | None = None, force: bool = False
+) -> str:
+    """Remove a run (active or archived) for good. Returns its id."""
+    run_dir = _locate(run, runs_dir, archived=True)
+    _check_removable(run_dir, force, "delete")
+    shutil.rmtree(run_dir)
+    return run_dir.name

@@ -1,0 +1,89 @@
+"""Train one run in this process.
+
+    python -m dragonfarm_core.trainers RUN_DIR
+
+`dragonfarm_core.runs.launch.start_run` spawns this. It first waits its turn in the device queue
+(pure Python, nothing heavy imported while it waits), then imports the trainer for the run's
+method, `dragonfarm_core.trainers.<method>`, and calls its `main(run_dir)`. Tests replace that
+module with `DRAGONFARM_TRAINER_MODULE`. Whatever escapes the trainer, the run ends marked
+failed with the log's tail: no run stays "running" after its process has ended.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from dragonfarm_core.runs import files, queue
+
+TRAINER_MODULE_ENV = "DRAGONFARM_TRAINER_MODULE"
+
+
+def trainer_module(config: dict) -> str:
+    return os.environ.get(TRAINER_MODULE_ENV) or f"dragonfarm_core.trainers.{config['method']}"
+
+
+def _fail(run_dir: Path, exc: BaseException) -> None:
+    """Last resort: mark the run failed, unless the trainer already recorded how it ended."""
+    if files.read_status(run_dir).get("state") in files.TERMINAL_STATES:
+        return
+    error = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+    files.update_status(
+        run_dir,
+        state="failed",
+        reason="error",
+        error=error[:500],
+        log_tail=files.read_log_tail(run_dir, 50),
+        finished_at=files.now_iso(),
+    )
+
+
+def _settle(run_dir: Path) -> None:
+    """The trainer returned: make sure the run's state is final."""
+    if files.read_status(run_dir).get("state") not in files.ACTIVE_STATES:
+        return
+    if files.cancel_requested(run_dir):
+        files.update_status(run_dir, state="cancelled", finished_at=files.now_iso())
+        return
+    files.update_status(
+        run_dir,
+        state="failed",
+        reason="error",
+        error="The trainer returned without writing a final state.",
+        log_tail=files.read_log_tail(run_dir, 50),
+        finished_at=files.now_iso(),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or not files.is_run_dir(argv[0]):
+        print(
+            "usage: python -m dragonfarm_core.trainers RUN_DIR  (a folder with config.json)",
+            file=sys.stderr,
+        )
+        return 2
+    run_dir = Path(argv[0]).resolve()
+    try:
+        if not queue.wait_turn(run_dir):
+            return 0
+        module = importlib.import_module(trainer_module(files.read_config(run_dir)))
+        module.main(str(run_dir))
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            _fail(run_dir, exc)
+            return 1
+    except BaseException as exc:
+        traceback.print_exc()  # into train.log, so the tail shows it
+        sys.stderr.flush()
+        _fail(run_dir, exc)
+        return 1
+    _settle(run_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
