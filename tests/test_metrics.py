@@ -1,10 +1,13 @@
 import doctest
+import importlib
 import math
 
 import pytest
 
-import dragonfarm_core.metrics as metrics_module
 from dragonfarm_core.metrics import apply_metrics, metric_regex, metrics
+
+# `dragon.metrics` is the function; the module has to be fetched by its full name.
+metrics_module = importlib.import_module("dragonfarm_core.metrics")
 
 
 def test_doctests_pass():
