@@ -12,7 +12,8 @@ in subprocesses.
 from __future__ import annotations
 
 import importlib
-import os
+import sys
+import types
 from typing import Any
 
 __version__ = "0.1.0"
@@ -50,7 +51,7 @@ _API: dict[str, str] = {
     "Run": "dragonfarm_core.runs",
     "RunFailedError": "dragonfarm_core.runs",
     "open_run": "dragonfarm_core.runs",
-    "runs": "dragonfarm_core.runs",
+    "runs": "dragonfarm_core.runs.store",
     "archived_runs": "dragonfarm_core.runs",
     "archive_run": "dragonfarm_core.runs",
     "unarchive_run": "dragonfarm_core.runs",
@@ -64,29 +65,45 @@ _API: dict[str, str] = {
     "RewardError": "dragonfarm_core.rewards",
     "metrics": "dragonfarm_core.metrics",
     "metric_regex": "dragonfarm_core.metrics",
+    # preference, reinforcement, evaluation
+    "prefer": "dragonfarm_core.preference",
+    "reinforce": "dragonfarm_core.reinforcement",
+    "test_rewards": "dragonfarm_core.reinforcement",
+    "evaluate": "dragonfarm_core.evaluation",
+    # inference, chat, feedback
+    "generate": "dragonfarm_core.generation",
+    "chat": "dragonfarm_core.chat",
+    "chat_load": "dragonfarm_core.chat",
+    "Chat": "dragonfarm_core.chat",
+    "feedback": "dragonfarm_core.feedback",
+    "backend": "dragonfarm_core.inference",
+    "set_backend": "dragonfarm_core.inference",
+    "backend_local": "dragonfarm_core.inference",
+    "backend_server": "dragonfarm_core.inference",
+    "backend_ollama": "dragonfarm_core.inference",
+    "worker_stop": "dragonfarm_core.inference",
     # the app
     "app": "ui.layout",
 }
 
 __all__ = sorted(_API)
 
-# Some public functions share their name with a module of this package (`dragon.runs()` and
-# dragonfarm_core/runs/, `dragon.metrics()` and metrics.py). Importing such a module binds its
-# name on the package, replacing the function, so the module is imported here first and the
-# function bound after it: later imports of the module no longer touch the package's attribute.
-# Both modules are light (runs/ loads its names lazily), so a queued trainer stays cheap.
-importlib.import_module("dragonfarm_core.runs")
-importlib.import_module("dragonfarm_core.metrics")
+# Some public functions share their name with a module of this package: `dragon.runs()` and
+# dragonfarm_core/runs/, `dragon.metrics()`, `dragon.chat()` and `dragon.feedback()` and their
+# modules. Importing a submodule normally binds its name on the package, which would replace
+# the function; this package refuses that binding, so these names always mean the function.
+# (The modules stay importable by their full names: `from dragonfarm_core.chat import Chat`.)
+_SHADOWED = frozenset({"runs", "metrics", "chat", "feedback"})
 
 
-def runs(runs_dir: str | os.PathLike[str] | None = None) -> Any:
-    """One row per run, newest first (a pandas DataFrame). See `dragonfarm_core.runs.store`."""
-    from dragonfarm_core.runs.store import runs as _runs
+class _Package(types.ModuleType):
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SHADOWED and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
 
-    return _runs(runs_dir)
 
-
-from dragonfarm_core.metrics import metrics as metrics  # noqa: E402  (after the module import)
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:
