@@ -110,7 +110,9 @@ def main(run_dir: str) -> None:
         adapter / "adapter_config.json", {"fake": True, "base": config["model"]["base"]}
     )
     (adapter / "adapter_model.safetensors").write_bytes(b"fake adapter")
+    # The log's last line comes before the terminal state, as with the real trainer: a reader
+    # that sees "succeeded" can rely on the log being complete.
+    print("done", flush=True)
     files.update_status(
         run, state="succeeded", finished_at=files.now_iso(), metrics={"train_loss": loss}
     )
-    print("done", flush=True)
