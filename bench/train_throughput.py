@@ -1,0 +1,309 @@
+"""python bench/train_throughput.py [--steps 36] [--model PATH]
+
+LoRA SFT speed and memory: dragonfarm's trainer against a plain TRL `SFTTrainer` script with
+its defaults, on the bundled model and the example tickets (prompt "{subject}\\n\\n{body}",
+response "reply"). Both arms get the same LoRA (r=16, alpha=32, dropout 0.05, all linear
+layers), seed, max_seq_len, batch size, gradient accumulation, learning rate and schedule, and
+the same number of optimizer steps; everything else is each side's default (TRL: random order
+with dynamic padding, no packing, completion-only loss from the prompt-completion format,
+gradient checkpointing, bf16 autocast). Each arm runs in its own subprocess, so peak RSS is
+its own. Real tokens/s counts non-padding tokens over the training loop (model loading and
+tokenization excluded on both sides). Held-out loss is measured on both final adapters by one
+evaluator (float32 base weights, the loss on reply tokens), so precision differences in each
+trainer's own evaluation do not count. The last line holds the ratios, ours over TRL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dragonfarm_core.runs import files  # noqa: E402
+
+BUNDLED = ROOT / "assets" / "models" / "tiny-support"
+TICKETS = ROOT / "assets" / "example_tickets.csv"
+OUT = ROOT / "bench" / "out" / "train_throughput"
+LORA = {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "auto"}
+N_EVAL = 40
+# Measured in this order; "ours-fp32" keeps the frozen weights in float32 too, to check that the
+# CPU default (bf16 frozen weights) costs no held-out loss.
+ARMS = ("ours", "ours-fp32", "trl")
+# Other jobs on the machine skew every arm; the report shows how busy it was.
+LOAD: list[float] = []
+
+
+def ticket_conversations(seed: int) -> tuple[list[list[dict]], list[list[dict]]]:
+    """(train, held-out) conversations from the example tickets, split by a seeded shuffle."""
+    import pandas as pd
+
+    frame = pd.read_csv(TICKETS)
+    rows = [
+        [
+            {"role": "user", "content": f"{r.subject}\n\n{r.body}"},
+            {"role": "assistant", "content": r.reply},
+        ]
+        for r in frame.itertuples()
+    ]
+    random.Random(seed).shuffle(rows)
+    return rows[N_EVAL:], rows[:N_EVAL]
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def run_ours(opts: argparse.Namespace, work: Path, dtype: str = "auto") -> dict[str, Any]:
+    """dragonfarm's trainer, in this process, through the same main() a run executes."""
+    from dragonfarm_core.trainers import sft
+
+    train, held_out = ticket_conversations(opts.seed)
+    run_dir = work / f"ours-{dtype}-run"
+    files.write_jsonl(files.data_path(run_dir, "train"), [{"messages": m} for m in train])
+    files.write_jsonl(files.data_path(run_dir, "eval"), [{"messages": m} for m in held_out])
+    files.write_config(
+        run_dir,
+        {
+            "schema": 1,
+            "id": "bench",
+            "name": "bench",
+            "method": "sft",
+            "model": {"name": opts.model.name, "base": str(opts.model), "adapters": []},
+            "lora": LORA,
+            "hardware": {"device": "cpu", "dtype": dtype},
+            "n_samples": 0,
+            "args": {
+                "max_steps": opts.steps,
+                "batch_size": opts.batch_size,
+                "grad_accum": opts.grad_accum,
+                "max_seq_len": opts.max_seq_len,
+                "learning_rate": opts.lr,
+                "seed": opts.seed,
+                "logging_steps": 5,
+                "save_steps": 10**6,
+                "extra": {"eval_steps": 10**6},
+            },
+        },
+    )
+    sft.main(run_dir)
+    status = files.read_status(run_dir)
+    metrics = status["metrics"]
+    return {
+        "tokens": metrics["train_tokens"],
+        "seconds": metrics["train_runtime_s"],
+        "padding": metrics["train_padding"],
+        "own_eval_loss": metrics["eval_loss"],
+        "adapter": str(files.adapter_dir(run_dir)),
+        "dtype": status["dtype"],
+        "truncated_rows": status["truncated_rows"],
+    }
+
+
+class CountingCollator:
+    """Wraps TRL's collator to count real tokens and padded slots of every training batch."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.tokens, self.slots = inner, 0, 0
+
+    def __call__(self, examples: list[dict]) -> dict:
+        batch = self.inner(examples)
+        self.tokens += int(batch["attention_mask"].sum())
+        self.slots += batch["attention_mask"].numel()
+        return batch
+
+
+def run_trl(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """A plain TRL script: SFTTrainer with its defaults and the shared settings."""
+    import math
+
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    train, held_out = ticket_conversations(opts.seed)
+
+    def as_dataset(rows: list[list[dict]]) -> Dataset:
+        return Dataset.from_list([{"prompt": m[:-1], "completion": m[-1:]} for m in rows])
+
+    config = SFTConfig(
+        output_dir=str(work / "trl-out"),
+        max_steps=opts.steps,
+        seed=opts.seed,
+        per_device_train_batch_size=opts.batch_size,
+        per_device_eval_batch_size=opts.batch_size,
+        gradient_accumulation_steps=opts.grad_accum,
+        learning_rate=opts.lr,
+        warmup_steps=math.ceil(0.03 * opts.steps),
+        max_length=opts.max_seq_len,
+        logging_steps=5,
+        save_strategy="no",
+        eval_strategy="no",
+        report_to="none",
+        use_cpu=True,
+    )  # TRL refuses its bf16 default on a CPU-only machine without it
+    lora = LoraConfig(
+        r=LORA["r"],
+        lora_alpha=LORA["alpha"],
+        lora_dropout=LORA["dropout"],
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
+    trainer = SFTTrainer(
+        model=str(opts.model),
+        args=config,
+        train_dataset=as_dataset(train),
+        eval_dataset=as_dataset(held_out),
+        processing_class=AutoTokenizer.from_pretrained(opts.model),
+        peft_config=lora,
+    )
+    counter = CountingCollator(trainer.data_collator)
+    trainer.data_collator = counter
+    result = trainer.train()
+    tokens, slots = counter.tokens, counter.slots  # before evaluate() uses the collator too
+    own_eval = trainer.evaluate()["eval_loss"]
+    adapter = work / "trl-adapter"
+    trainer.model.save_pretrained(adapter)
+    # TRL's own count of non-padding training tokens; the collator count can include a batch
+    # the dataloader fetched ahead, so it only gives the padding fraction.
+    return {
+        "tokens": trainer._total_train_tokens,
+        "seconds": result.metrics["train_runtime"],
+        "padding": 1 - tokens / slots,
+        "own_eval_loss": own_eval,
+        "adapter": str(adapter),
+        "dtype": "float32 weights, bf16 autocast",
+    }
+
+
+def run_eval(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """One evaluator for both adapters: float32 base, loss on the held-out replies."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from dragonfarm_core.trainers import evaluation, modeling, sft_data
+    from dragonfarm_core.trainers.config import ModelSpec
+
+    tokenizer = modeling.load_tokenizer(ModelSpec(name="bench", base=str(opts.model)))
+    held_out = sft_data.encode(tokenizer, ticket_conversations(opts.seed)[1], opts.max_seq_len)
+    losses = {}
+    for arm in ARMS:
+        adapter = json.loads((work / f"{arm}.json").read_text())["adapter"]
+        base = AutoModelForCausalLM.from_pretrained(opts.model, dtype=torch.float32)
+        model = PeftModel.from_pretrained(base, adapter)
+        losses[arm] = evaluation.eval_loss(model, held_out, 8, tokenizer.pad_token_id)[0]
+    return losses
+
+
+def matmul_peaks() -> str:
+    import torch
+
+    out = []
+    for dtype in (torch.float32, torch.bfloat16):
+        a = torch.randn(1024, 1024, dtype=dtype)
+        a @ a
+        t, n = time.perf_counter(), 0
+        while time.perf_counter() - t < 0.5:
+            a @ a
+            n += 1
+        out.append(f"{str(dtype)[6:]} {2 * 1024**3 * n / (time.perf_counter() - t) / 1e9:.0f}")
+    return "matmul peak GFLOP/s (torch threads: " + f"{torch.get_num_threads()}): " + ", ".join(out)
+
+
+def child(opts: argparse.Namespace, arm: str, work: Path) -> dict[str, Any]:
+    """Run one arm in a fresh interpreter; it writes <arm>.json in `work`."""
+    argv = [sys.executable, __file__, "--arm", arm, "--work", str(work)] + [
+        f"--{k.replace('_', '-')}={v}" for k, v in vars(opts).items() if k not in ("arm", "work")
+    ]
+    started = time.perf_counter()
+    with open(work / f"{arm}.log", "w") as log:
+        done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    if done.returncode:
+        sys.exit(f"the {arm} arm failed; see {work / (arm + '.log')}")
+    result = json.loads((work / f"{arm}.json").read_text())
+    return {**result, "wall_s": time.perf_counter() - started}
+
+
+def report(opts: argparse.Namespace, arms: dict[str, dict], losses: dict) -> None:
+    print(
+        f"model {opts.model}, {opts.steps} steps, batch {opts.batch_size} x accum "
+        f"{opts.grad_accum}, max_seq_len {opts.max_seq_len}, lr {opts.lr}, seed {opts.seed}"
+    )
+    print(matmul_peaks())
+    print("load average (1 min) at start and end: " + ", ".join(f"{x:.1f}" for x in LOAD))
+    print(
+        f"{'arm':<10}{'tokens/s':>10}{'padding':>9}{'peak RSS':>11}{'eval loss':>11}"
+        f"{'own eval':>10}{'train s':>9}{'wall s':>8}  dtype"
+    )
+    for name, arm in arms.items():
+        print(
+            f"{name:<10}{arm['tokens'] / arm['seconds']:>10.0f}{arm['padding']:>9.1%}"
+            f"{arm['peak_rss_mib']:>8.0f} MiB{losses[name]:>11.4f}{arm['own_eval_loss']:>10.4f}"
+            f"{arm['seconds']:>9.1f}{arm['wall_s']:>8.1f}  {arm['dtype']}"
+        )
+
+    def speed(arm: dict) -> float:
+        return arm["tokens"] / arm["seconds"]
+
+    ours, fp32, trl = arms["ours"], arms["ours-fp32"], arms["trl"]
+    print(
+        f"ours with bf16 frozen weights over ours in float32: tokens/s "
+        f"{speed(ours) / speed(fp32):.2f}, eval loss {losses['ours'] / losses['ours-fp32']:.3f}"
+    )
+    print(
+        f"tokens_per_s={speed(ours) / speed(trl):.2f} eval_loss={losses['ours'] / losses['trl']:.3f} "
+        f"peak_rss={ours['peak_rss_mib'] / trl['peak_rss_mib']:.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=36)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--grad-accum", type=int, default=4)
+    parser.add_argument("--max-seq-len", type=int, default=512)
+    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--model", type=Path, default=BUNDLED)
+    parser.add_argument("--arm", choices=(*ARMS, "eval"), help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, default=OUT, help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    if not (opts.model / "config.json").is_file():
+        sys.exit(
+            f"{opts.model} has no model; build it with scripts/build_bundled_model.py "
+            "or pass --model PATH."
+        )
+    if opts.arm:
+        run = {
+            "ours": run_ours,
+            "ours-fp32": lambda o, w: run_ours(o, w, "float32"),
+            "trl": run_trl,
+            "eval": run_eval,
+        }[opts.arm]
+        result = run(opts, opts.work)
+        result["peak_rss_mib"] = peak_rss_mib()
+        (opts.work / f"{opts.arm}.json").write_text(json.dumps(result))
+        return
+    import shutil
+
+    shutil.rmtree(opts.work, ignore_errors=True)
+    opts.work.mkdir(parents=True)
+    LOAD.append(os.getloadavg()[0])
+    arms = {arm: child(opts, arm, opts.work) for arm in ARMS}
+    LOAD.append(os.getloadavg()[0])
+    report(opts, arms, child(opts, "eval", opts.work))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""Pieces every trainer shares: hardware choice, the status writer, cancel, failure reports.
+
+A trainer talks to the rest of dragonfarm only through the run directory. `RunReporter` owns the
+trainer's side of it: status.json (with a heartbeat thread, so a reader can tell a slow step from
+a dead process), progress.jsonl, and the final state. `reported_run` wraps a trainer's body so a
+crash always ends as `failed` with a reason and the log's tail, never as a run stuck in
+`running`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dragonfarm_core.runs import files
+from dragonfarm_core.settings import Hardware, SettingsError
+
+HEARTBEAT_S = 2.0
+LOG_TAIL_LINES = 50
+PROGRESS_COLUMNS = ("step", "epoch", "loss", "eval_loss", "lr", "grad_norm", "elapsed_s", "eta_s")
+
+
+class DataError(RuntimeError):
+    """The training files are missing or malformed; the message names the file and row."""
+
+
+class ModelLoadError(RuntimeError):
+    """The model, tokenizer or an adapter to fold in could not be loaded."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the model trains: `dtype` holds the frozen weights; LoRA weights are float32."""
+
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True where bf16 matmuls run on AMX or AVX512-BF16 units; elsewhere bf16 is emulated, slow."""
+    return torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
+
+
+def resolve_placement(hardware: Hardware) -> Placement:
+    """Turn `Hardware` into a device and the dtype of the frozen base weights.
+
+    auto: CUDA, then Apple MPS, then CPU. dtype auto: bf16 where the device has it, fp16 on
+    CUDA GPUs without bf16, and on a CPU bf16 frozen weights only when the CPU multiplies bf16
+    natively (AMX / AVX512-BF16: 1.7x per step, eval loss within 2 % of fp32, see
+    bench/train_throughput.py); fp32 otherwise.
+    """
+    cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
+    name = hardware.device
+    if name == "auto":
+        name = "cuda" if cuda else "mps" if mps else "cpu"
+    if name == "cuda" and not cuda:
+        raise SettingsError(
+            "Hardware.device is 'cuda' but torch sees no CUDA GPU (no driver, or "
+            "a CPU-only torch build); use device='auto' or fix the install."
+        )
+    if name == "mps" and not mps:
+        raise SettingsError(
+            "Hardware.device is 'mps' but Apple MPS is not available here; use device='auto'."
+        )
+    if hardware.load_in_4bit and name != "cuda":
+        raise SettingsError(
+            f"Hardware.load_in_4bit needs an NVIDIA GPU (bitsandbytes), but the "
+            f"run trains on {name}; set load_in_4bit=False."
+        )
+    if hardware.dtype != "auto":
+        return Placement(torch.device(name), getattr(torch, hardware.dtype))
+    if name == "cuda":
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    elif name == "mps":
+        dtype = torch.bfloat16
+    else:
+        dtype = torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+    return Placement(torch.device(name), dtype)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Classify an exception into status.json's `reason`."""
+    text = str(exc).lower()
+    if (
+        isinstance(exc, torch.OutOfMemoryError | MemoryError)
+        or "out of memory" in text
+        or ("can't allocate memory" in text)
+    ):
+        return "out_of_memory"
+    if isinstance(exc, DataError):
+        return "data_error"
+    if isinstance(exc, ModelLoadError):
+        return "model_error"
+    if isinstance(exc, SettingsError):
+        return "config_error"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return "error"
+
+
+class RunReporter:
+    """The trainer's writer of status.json and progress.jsonl, with a heartbeat thread.
+
+    Every status write goes through one lock: the heartbeat thread and the training loop both
+    rewrite status.json, and a read-modify-write from each at once would lose a field.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        self.run_dir = Path(run_dir)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._signalled = False
+
+    def update(self, **fields: Any) -> None:
+        with self._lock:
+            files.update_status(self.run_dir, heartbeat=files.now_iso(), **fields)
+
+    def start(self) -> None:
+        """Mark the run running, clear an earlier failure, and start the heartbeat."""
+        self.update(
+            state="running",
+            pid=os.getpid(),
+            started_at=files.now_iso(),
+            finished_at=None,
+            reason=None,
+            error=None,
+            log_tail=None,
+        )
+        self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+        self._thread.start()
+        with contextlib.suppress(ValueError):  # signal handlers only install on the main thread
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            self.update()
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        # A polite kill means what cancel.request means: stop after this step, keep the work.
+        self._signalled = True
+
+    def cancel_requested(self) -> bool:
+        return self._signalled or files.cancel_requested(self.run_dir)
+
+    def progress(self, **values: Any) -> None:
+        """Append a progress row; every column is present, missing values are null."""
+        files.append_progress(self.run_dir, dict.fromkeys(PROGRESS_COLUMNS) | values)
+
+    def finish(self, state: str, **fields: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.update(state=state, finished_at=files.now_iso(), **fields)
+        if state == "cancelled":
+            files.clear_cancel(self.run_dir)
+
+    def fail(self, exc: BaseException) -> None:
+        """Record the failure: reason, one-line error, and the log tail with the traceback."""
+        trace = traceback.format_exception(exc)
+        lines = files.read_log_tail(self.run_dir, LOG_TAIL_LINES)
+        # The traceback reaches train.log only when the process exits, so add it here.
+        lines += "".join(trace).rstrip("\n").splitlines()
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+        self.finish(
+            "failed",
+            reason=failure_reason(exc),
+            error=error[:500],
+            log_tail=lines[-LOG_TAIL_LINES:],
+        )
+
+
+@contextlib.contextmanager
+def reported_run(run_dir: str | os.PathLike[str]) -> Iterator[RunReporter]:
+    """Run a trainer body: state running on entry; on any exception, failed with reason and tail.
+
+    The exception is re-raised after status.json is written, so the process exits non-zero and
+    the traceback lands in train.log.
+    """
+    reporter = RunReporter(run_dir)
+    reporter.start()
+    try:
+        yield reporter
+    except BaseException as exc:
+        reporter.fail(exc)
+        raise
+
+
+@dataclass
+class TrainState:
+    """The loop's counters; saved in every checkpoint, so a resumed run continues them."""
+
+    step: int = 0
+    elapsed_s: float = 0.0
+    loss_sum: float = 0.0
+    loss_steps: int = 0
+    log_sum: float = 0.0
+    log_steps: int = 0
+    tokens: int = 0
+    slots: int = 0
+
+    def record(self, loss: float, tokens: int, slots: int) -> None:
+        """Count one optimizer step: its loss, its real tokens and its padded token slots."""
+        self.loss_sum += loss
+        self.loss_steps += 1
+        self.log_sum += loss
+        self.log_steps += 1
+        self.tokens += tokens
+        self.slots += slots
+
+    def take_log_loss(self) -> float | None:
+        """Mean loss of the steps since the last progress row, and start a new window."""
+        loss = self.log_sum / self.log_steps if self.log_steps else None
+        self.log_sum, self.log_steps = 0.0, 0
+        return loss
+
+    def metrics(self, train_seconds: float) -> dict[str, Any]:
+        return {
+            "train_loss": self.loss_sum / self.loss_steps if self.loss_steps else None,
+            "train_runtime_s": round(train_seconds, 2),
+            "train_tokens": self.tokens,
+            "train_tokens_per_s": self.tokens / train_seconds if train_seconds else None,
+            "train_padding": 1 - self.tokens / self.slots if self.slots else None,
+        }
+
+
+class Stopwatch:
+    """Elapsed seconds that continue across a resume, and a steps-based ETA."""
+
+    def __init__(self, elapsed_before: float, first_step: int) -> None:
+        self._t0 = time.monotonic()
+        self._before = elapsed_before
+        self._first_step = first_step
+
+    def elapsed(self) -> float:
+        return self._before + time.monotonic() - self._t0
+
+    def eta(self, step: int, total_steps: int) -> float | None:
+        done = step - self._first_step
+        if done <= 0:
+            return None
+        return (time.monotonic() - self._t0) / done * (total_steps - step)

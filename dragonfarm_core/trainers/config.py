@@ -1,0 +1,144 @@
+"""What a trainer reads from config.json, checked before any model is loaded.
+
+Pure standard library (no torch), so the public API can call `extra_args(args.extra)` when it
+writes config.json and refuse an unknown key before a run is launched, and the trainer repeats
+the same check when it starts. `TrainArgs.extra` keys use the names of Hugging Face
+`TrainingArguments`, so settings copied from a transformers script mean the same thing here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from dragonfarm_core.runs import files
+from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs, from_dict
+
+SCHEDULERS = ("linear", "cosine", "constant")
+
+
+@dataclass(frozen=True)
+class ExtraArgs:
+    """The `TrainArgs.extra` keys the trainers understand; any other key is refused."""
+
+    lr_scheduler_type: str = field(
+        default="linear",
+        metadata={
+            "help": "Learning-rate shape after warm-up: linear (decay to 0), cosine, or constant."
+        },
+    )
+    eval_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Evaluate on the held-out rows every this many steps (default: 4 times a run)."
+        },
+    )
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1."})
+    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2."})
+    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW epsilon."})
+    max_grad_norm: float = field(
+        default=1.0,
+        metadata={"help": "Clip the gradient norm to this value; 0 turns clipping off."},
+    )
+    sample_max_new_tokens: int = field(
+        default=128, metadata={"help": "Tokens generated per held-out prompt for samples.json."}
+    )
+
+    def __post_init__(self) -> None:
+        if self.lr_scheduler_type not in SCHEDULERS:
+            raise SettingsError(
+                f"TrainArgs.extra['lr_scheduler_type'] = {self.lr_scheduler_type!r}"
+                f" is not one of {', '.join(SCHEDULERS)}."
+            )
+        for name in ("eval_steps", "sample_max_new_tokens"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise SettingsError(
+                    f"TrainArgs.extra['{name}'] must be a whole number >= 1, got {value!r}."
+                )
+        for name in ("adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise SettingsError(
+                    f"TrainArgs.extra['{name}'] must be a number >= 0, got {value!r}."
+                )
+        for name in ("adam_beta1", "adam_beta2"):
+            if getattr(self, name) >= 1:
+                raise SettingsError(f"TrainArgs.extra['{name}'] must be below 1.")
+
+
+def extra_args(extra: dict[str, Any]) -> ExtraArgs:
+    """Check `TrainArgs.extra` and fill in defaults; an unknown key raises SettingsError naming it."""
+    known = [f.name for f in dataclasses.fields(ExtraArgs)]
+    unknown = sorted(set(extra) - set(known))
+    if unknown:
+        raise SettingsError(
+            f"TrainArgs.extra has unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"the trainer understands {', '.join(known)}."
+        )
+    return ExtraArgs(**extra)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """config.json's `model` block: the base to load and the adapters folded into it, in order."""
+
+    name: str
+    base: str
+    revision: str | None = None
+    trust_remote_code: bool = False
+    adapters: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a trainer needs from config.json, validated."""
+
+    id: str
+    method: str
+    model: ModelSpec
+    lora: Lora
+    args: TrainArgs
+    hardware: Hardware
+    extra: ExtraArgs
+    n_samples: int
+    method_args: dict[str, Any]
+    raw: dict[str, Any]
+
+
+def load_config(run_dir: str | os.PathLike[str]) -> TrainConfig:
+    """Read and validate config.json; errors name the field and raise SettingsError."""
+    raw = files.read_config(run_dir)
+    try:
+        model = raw["model"]
+        spec = ModelSpec(
+            name=model.get("name") or model["base"],
+            base=model["base"],
+            revision=model.get("revision"),
+            trust_remote_code=bool(model.get("trust_remote_code", False)),
+            adapters=tuple(model.get("adapters") or ()),
+        )
+        args = from_dict(TrainArgs, raw.get("args") or {})
+        return TrainConfig(
+            id=raw.get("id", os.path.basename(os.path.abspath(run_dir))),
+            method=raw.get("method", "sft"),
+            model=spec,
+            lora=from_dict(Lora, raw.get("lora") or {}),
+            args=args,
+            hardware=from_dict(Hardware, raw.get("hardware") or {}),
+            extra=extra_args(args.extra),
+            n_samples=int(raw.get("n_samples", 10)),
+            method_args=dict(raw.get("method_args") or {}),
+            raw=raw,
+        )
+    except KeyError as exc:
+        raise SettingsError(
+            f"{run_dir}/config.json has no {exc.args[0]!r} field; "
+            "recreate the run with dragon.train()."
+        ) from exc
+    except TypeError as exc:  # an unexpected keyword in lora/args/hardware
+        raise SettingsError(f"{run_dir}/config.json: {exc}") from exc

@@ -1,0 +1,165 @@
+"""Load the model a run trains, fold in earlier adapters, add the new LoRA, and compute the loss.
+
+The loss runs the model body once and applies the LM head only at positions whose label is
+not masked: on instruction data most positions are prompt or padding, and the head (vocab x
+hidden) is often the largest matmul of a small model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from dragonfarm_core.settings import Lora, SettingsError
+from dragonfarm_core.trainers.common import ModelLoadError, Placement
+from dragonfarm_core.trainers.config import ModelSpec
+from dragonfarm_core.trainers.sft_data import IGNORE
+
+LOAD_ERRORS = (OSError, ValueError, KeyError, ImportError)
+
+
+def load_tokenizer(spec: ModelSpec) -> Any:
+    """The base model's fast tokenizer, with a pad token (the EOS token when it has none)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            spec.base, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+        )
+    except LOAD_ERRORS as exc:
+        raise ModelLoadError(
+            f"Could not load the tokenizer of {spec.name} from {spec.base}: {exc}"
+        ) from exc
+    if not tokenizer.is_fast:
+        raise ModelLoadError(
+            f"{spec.name} has only a slow (Python) tokenizer; dragonfarm needs a "
+            "fast tokenizer (tokenizer.json) to mask prompts by offsets."
+        )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _quantization(placement: Placement) -> Any:
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError as exc:
+        raise ModelLoadError(
+            "Hardware.load_in_4bit needs bitsandbytes: pip install "
+            "bitsandbytes (on a CUDA machine), or set load_in_4bit=False."
+        ) from exc
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=placement.dtype,
+    )
+
+
+def load_model(spec: ModelSpec, placement: Placement, load_in_4bit: bool) -> Any:
+    """The base causal LM on its device, with `spec.adapters` merged in, in order."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {"dtype": placement.dtype}
+    if load_in_4bit:
+        kwargs.update(
+            quantization_config=_quantization(placement), device_map={"": placement.device}
+        )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            spec.base, revision=spec.revision, trust_remote_code=spec.trust_remote_code, **kwargs
+        )
+    except LOAD_ERRORS as exc:
+        raise ModelLoadError(f"Could not load {spec.name} from {spec.base}: {exc}") from exc
+    if not load_in_4bit:
+        model.to(placement.device)
+    for path in spec.adapters:
+        try:
+            model = PeftModel.from_pretrained(model, path).merge_and_unload()
+        except LOAD_ERRORS as exc:
+            raise ModelLoadError(
+                f"Could not fold the adapter {path} into {spec.name}: {exc}. "
+                "Was that run trained on the same base model?"
+            ) from exc
+    return model
+
+
+def add_lora(
+    model: Any, lora: Lora, seed: int, gradient_checkpointing: bool, quantized: bool
+) -> Any:
+    """Wrap the model with a fresh LoRA adapter (float32 weights); the base stays frozen."""
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    model.config.use_cache = False
+    if quantized:
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=gradient_checkpointing
+        )
+    elif gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    targets = "all-linear" if lora.target_modules == "auto" else list(lora.target_modules)
+    config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=targets,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    torch.manual_seed(seed)  # the adapter's initial weights follow the run's seed
+    try:
+        # autocast_adapter_dtype keeps LoRA weights in float32 over a bf16/fp16 base.
+        return get_peft_model(model, config, autocast_adapter_dtype=True)
+    except ValueError as exc:
+        names = sorted(
+            {
+                n.rsplit(".", 1)[-1]
+                for n, m in model.named_modules()
+                if isinstance(m, torch.nn.Linear)
+            }
+        )
+        raise SettingsError(
+            f"Lora.target_modules {lora.target_modules!r} does not fit this "
+            f"model ({exc}); its linear layers are {', '.join(names)}."
+        ) from exc
+
+
+def count_params(model: Any) -> tuple[int, int]:
+    """(trainable, total) parameters; 4-bit weights are counted at their real size."""
+    return model.get_nb_trainable_parameters()
+
+
+def lm_head_logits(causal: Any, hidden: torch.Tensor) -> torch.Tensor:
+    """The output head on selected hidden states, with the logit transforms some families add."""
+    logits = causal.get_output_embeddings()(hidden)
+    config = causal.config.get_text_config()
+    if scale := getattr(config, "logits_scaling", None):  # Granite divides
+        logits = logits / scale
+    if scale := getattr(config, "logit_scale", None):  # Cohere multiplies
+        logits = logits * scale
+    if cap := getattr(config, "final_logit_softcapping", None):  # Gemma caps
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def label_loss(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """(summed next-token loss over unmasked labels, number of those labels).
+
+    Runs the decoder body, gathers the hidden states that predict a learned token, and applies
+    the LM head only there. Sum, not mean: a step divides by its own token count, so
+    gradient accumulation weighs every token equally.
+    """
+    causal = model.get_base_model()
+    hidden = causal.get_decoder()(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+    ).last_hidden_state
+    targets = batch["labels"][:, 1:]
+    keep = targets != IGNORE
+    logits = lm_head_logits(causal, hidden[:, :-1][keep])
+    loss = F.cross_entropy(logits.float(), targets[keep], reduction="sum")
+    return loss, int(keep.sum())

@@ -1,0 +1,96 @@
+"""Hardware choice, failure reasons and the status/progress writer."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from dragonfarm_core.runs import files
+from dragonfarm_core.settings import Hardware, SettingsError
+from dragonfarm_core.trainers import common
+from dragonfarm_core.trainers.common import DataError, ModelLoadError, RunReporter
+
+
+def test_cpu_placement():
+    auto = common.resolve_placement(Hardware(device="cpu"))
+    assert auto.device.type == "cpu"
+    expected = torch.bfloat16 if common.cpu_has_fast_bf16() else torch.float32
+    assert auto.dtype == expected
+    assert common.resolve_placement(Hardware(device="cpu", dtype="float32")).dtype_name == "float32"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_without_gpu_is_a_clear_error():
+    with pytest.raises(SettingsError, match="no CUDA GPU"):
+        common.resolve_placement(Hardware(device="cuda"))
+    with pytest.raises(SettingsError, match="load_in_4bit needs an NVIDIA GPU"):
+        common.resolve_placement(Hardware(device="auto", load_in_4bit=True))
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), "out_of_memory"),
+        (
+            RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 9 GB"),
+            "out_of_memory",
+        ),
+        (MemoryError(), "out_of_memory"),
+        (DataError("data/train.jsonl, line 3 is not valid JSON"), "data_error"),
+        (ModelLoadError("Could not load x"), "model_error"),
+        (SettingsError("TrainArgs.extra has unknown key(s)"), "config_error"),
+        (ValueError("something else"), "error"),
+    ],
+)
+def test_failure_reasons(exc, reason):
+    assert common.failure_reason(exc) == reason
+
+
+def test_reporter_writes_running_then_heartbeats(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "HEARTBEAT_S", 0.05)
+    files.write_status(
+        tmp_path,
+        {"state": "queued", "queued_at": "2026-01-01T00:00:00+00:00", "reason": "interrupted"},
+    )
+    reporter = RunReporter(tmp_path)
+    reporter.start()
+    status = files.read_status(tmp_path)
+    assert status["state"] == "running" and status["reason"] is None
+    assert status["queued_at"] == "2026-01-01T00:00:00+00:00"  # the launcher's fields stay
+    writes = []
+    real = files.write_status
+    monkeypatch.setattr(files, "write_status", lambda d, s: (writes.append(1), real(d, s)))
+    time.sleep(0.4)
+    assert len(writes) >= 3  # the heartbeat thread rewrote status.json on its own
+    reporter.progress(step=1, loss=float("nan"))
+    reporter.finish("succeeded", metrics={"eval_loss": 1.5})
+    assert files.read_progress(tmp_path) == [dict.fromkeys(common.PROGRESS_COLUMNS) | {"step": 1}]
+    assert files.read_status(tmp_path)["metrics"] == {"eval_loss": 1.5}
+    count = len(writes)
+    time.sleep(0.2)
+    assert len(writes) == count  # the heartbeat stopped
+
+
+def test_reported_run_records_failure_with_traceback_in_log_tail(tmp_path):
+    files.log_path(tmp_path).write_text("loading model\nstep 1\n", encoding="utf-8")
+    with pytest.raises(DataError), common.reported_run(tmp_path):
+        raise DataError("data/train.jsonl, line 3 is not valid JSON")
+    status = files.read_status(tmp_path)
+    assert status["state"] == "failed" and status["reason"] == "data_error"
+    assert status["error"] == "DataError: data/train.jsonl, line 3 is not valid JSON"
+    assert status["log_tail"][:2] == ["loading model", "step 1"]
+    assert any("Traceback" in line for line in status["log_tail"])
+    assert status["finished_at"]
+
+
+def test_cancel_request_and_sigterm(tmp_path):
+    reporter = RunReporter(tmp_path)
+    assert not reporter.cancel_requested()
+    files.request_cancel(tmp_path)
+    assert reporter.cancel_requested()
+    reporter.finish("cancelled")
+    assert not files.cancel_requested(tmp_path)  # a resume starts without the old request
+    reporter._on_sigterm(15, None)
+    assert reporter.cancel_requested()

@@ -1,0 +1,65 @@
+"""config.json as the trainer reads it, and the extra keys it understands."""
+
+from __future__ import annotations
+
+import pytest
+
+from dragonfarm_core.runs import files
+from dragonfarm_core.settings import SettingsError
+from dragonfarm_core.trainers.config import ExtraArgs, extra_args, load_config
+from dragonfarm_core.trainers.optim import lr_factor
+
+
+def test_extra_defaults_and_values():
+    assert extra_args({}) == ExtraArgs()
+    extra = extra_args({"lr_scheduler_type": "cosine", "eval_steps": 10, "adam_beta2": 0.95})
+    assert extra.lr_scheduler_type == "cosine" and extra.eval_steps == 10
+    assert extra.adam_beta2 == 0.95
+
+
+def test_unknown_extra_key_is_named_with_the_known_ones():
+    with pytest.raises(SettingsError, match=r"unknown key\(s\) 'optim', 'packing'.*eval_steps"):
+        extra_args({"packing": True, "optim": "adamw", "eval_steps": 5})
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"lr_scheduler_type": "polynomial"},
+        {"eval_steps": 0},
+        {"adam_beta1": 1.5},
+        {"max_grad_norm": -1},
+        {"sample_max_new_tokens": 2.5},
+    ],
+)
+def test_bad_extra_values(extra):
+    with pytest.raises(SettingsError, match=next(iter(extra))):
+        extra_args(extra)
+
+
+def test_load_config(make_run, tiny_model_dir):
+    run_dir = make_run(tiny_model_dir, max_steps=3, extra={"eval_steps": 2})
+    config = load_config(run_dir)
+    assert config.args.max_steps == 3 and config.extra.eval_steps == 2
+    assert config.model.base == str(tiny_model_dir) and config.model.adapters == ()
+    assert config.lora.r == 8 and config.n_samples == 3
+
+
+def test_load_config_refuses_unknown_args_key(make_run, tiny_model_dir):
+    run_dir = make_run(tiny_model_dir, warmup_steps=10)  # not a TrainArgs field: lands in extra
+    with pytest.raises(SettingsError, match="'warmup_steps'"):
+        load_config(run_dir)
+
+
+def test_load_config_without_model_block(tmp_path):
+    files.write_config(tmp_path, {"schema": 1, "method": "sft"})
+    with pytest.raises(SettingsError, match="no 'model' field"):
+        load_config(tmp_path)
+
+
+def test_lr_schedule_shapes():
+    assert [lr_factor(s, 2, 10, "linear") for s in (0, 1, 2, 6, 10)] == [0, 0.5, 1, 0.5, 0]
+    assert lr_factor(6, 2, 10, "cosine") == pytest.approx(0.5)
+    assert lr_factor(10, 2, 10, "cosine") == pytest.approx(0.0)
+    assert lr_factor(9, 2, 10, "constant") == 1.0
+    assert lr_factor(0, 0, 10, "linear") == 1.0

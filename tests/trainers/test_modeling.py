@@ -1,0 +1,116 @@
+"""Model loading, the LoRA wrap, and the loss computed only at learned positions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from trainer_fixtures import support_conversations
+
+from dragonfarm_core.settings import Lora, SettingsError
+from dragonfarm_core.trainers import modeling, sft_data
+from dragonfarm_core.trainers.batching import collate
+from dragonfarm_core.trainers.common import ModelLoadError, Placement
+from dragonfarm_core.trainers.config import ModelSpec
+
+CPU32 = Placement(torch.device("cpu"), torch.float32)
+
+
+@pytest.fixture(scope="module")
+def spec(tiny_model_dir):
+    return ModelSpec(name="tiny", base=str(tiny_model_dir))
+
+
+@pytest.fixture(scope="module")
+def batch(spec):
+    tokenizer = modeling.load_tokenizer(spec)
+    conversations = [r["messages"] for r in support_conversations(6)]
+    data = sft_data.encode(tokenizer, conversations, max_len=256)
+    return collate(data, list(range(6)), tokenizer.pad_token_id)
+
+
+def test_label_loss_matches_the_full_logits_loss(spec, batch):
+    model = modeling.add_lora(
+        modeling.load_model(spec, CPU32, False),
+        Lora(r=4, dropout=0.0),
+        seed=0,
+        gradient_checkpointing=False,
+        quantized=False,
+    )
+    with torch.no_grad():
+        for p in model.parameters():  # a non-zero adapter, so LoRA is part of the forward
+            if p.requires_grad:
+                p.add_(0.01)
+        summed, n = modeling.label_loss(model, batch)
+        reference = model(**batch).loss  # transformers' loss: full logits, mean over labels
+    assert n == int((batch["labels"][:, 1:] != -100).sum())
+    assert float(summed) / n == pytest.approx(float(reference), rel=1e-5)
+
+
+def test_auto_targets_every_linear_but_the_head_with_float32_adapter(spec):
+    bf16 = Placement(torch.device("cpu"), torch.bfloat16)
+    model = modeling.add_lora(
+        modeling.load_model(spec, bf16, False),
+        Lora(),
+        seed=0,
+        gradient_checkpointing=True,
+        quantized=False,
+    )
+    targets = {n.rsplit(".", 1)[-1] for n in model.peft_config["default"].target_modules}
+    assert targets == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert model.get_base_model().is_activation_checkpointing
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert trainable and all(p.dtype == torch.float32 for p in trainable)
+    frozen = [p for p in model.parameters() if not p.requires_grad]
+    assert all(p.dtype == torch.bfloat16 for p in frozen)
+    n_trainable, n_total = modeling.count_params(model)
+    assert n_trainable == sum(p.numel() for p in trainable) and n_total > n_trainable
+
+
+def test_same_seed_same_adapter_init(spec):
+    def init(seed):
+        model = modeling.add_lora(
+            modeling.load_model(spec, CPU32, False), Lora(r=4), seed, False, False
+        )
+        return torch.cat([p.flatten() for p in model.parameters() if p.requires_grad])
+
+    assert torch.equal(init(3), init(3))
+    assert not torch.equal(init(3), init(4))
+
+
+def test_unknown_target_module_names_the_linear_layers(spec):
+    with pytest.raises(SettingsError, match="q_proj"):
+        modeling.add_lora(
+            modeling.load_model(spec, CPU32, False),
+            Lora(target_modules=("attention_dense",)),
+            0,
+            False,
+            False,
+        )
+
+
+def test_missing_model_and_adapter_are_model_errors(spec, tmp_path):
+    with pytest.raises(ModelLoadError, match="tokenizer of nowhere"):
+        modeling.load_tokenizer(ModelSpec(name="nowhere", base=str(tmp_path / "nowhere")))
+    with pytest.raises(ModelLoadError, match="Could not fold the adapter"):
+        modeling.load_model(
+            ModelSpec(name="tiny", base=spec.base, adapters=(str(tmp_path / "missing"),)),
+            CPU32,
+            False,
+        )
+
+
+def test_adapters_are_folded_in_order(spec, tmp_path):
+    first = modeling.add_lora(modeling.load_model(spec, CPU32, False), Lora(r=4), 0, False, False)
+    with torch.no_grad():
+        for name, p in first.named_parameters():
+            if "lora_B" in name:
+                p.fill_(0.05)
+    first.save_pretrained(tmp_path / "a")
+    merged = first.merge_and_unload()
+    folded = modeling.load_model(
+        ModelSpec(name="tiny", base=spec.base, adapters=(str(tmp_path / "a"),)), CPU32, False
+    )
+    for (name, a), (_, b) in zip(
+        merged.state_dict().items(), folded.state_dict().items(), strict=True
+    ):
+        assert torch.allclose(a, b, atol=1e-6), name

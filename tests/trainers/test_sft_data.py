@@ -1,0 +1,128 @@
+"""Tokenization for SFT: only the last assistant turn is learned, checked token by token."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from trainer_fixtures import support_conversations
+from transformers import AutoTokenizer
+
+from dragonfarm_core.runs import files
+from dragonfarm_core.trainers import sft_data
+from dragonfarm_core.trainers.common import DataError
+from dragonfarm_core.trainers.sft_data import IGNORE
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_labels_mask_prompt_and_learn_reply_token_by_token(tokenizer):
+    conversations = [r["messages"] for r in support_conversations(30)]
+    data = sft_data.encode(tokenizer, conversations, max_len=4096)
+    prompts, fulls = sft_data.render(tokenizer, conversations)
+    assert data.truncated_rows == 0
+    for i, (prompt, full) in enumerate(zip(prompts, fulls, strict=True)):
+        ids, labels, n = data.input_ids[i], data.labels(i), data.n_masked[i]
+        # The masked prefix is exactly the prompt as generation tokenizes it.
+        assert ids[:n] == _ids(tokenizer, prompt)
+        assert labels[:n] == [IGNORE] * n
+        assert labels[n:] == ids[n:]
+        reply = full[len(prompt) :]
+        assert reply == conversations[i][-1]["content"] + "<|im_end|>\n"
+        assert tokenizer.decode(ids[n:]).replace(" ", "") == reply.replace(" ", "")
+
+
+def test_earlier_turns_are_context(tokenizer):
+    conversation = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "My router will not turn on."},
+        {"role": "assistant", "content": "Check the plug."},
+        {"role": "user", "content": "It is plugged in."},
+        {"role": "assistant", "content": "Hold the reset button for ten seconds."},
+    ]
+    data = sft_data.encode(tokenizer, [conversation], max_len=4096)
+    learned = tokenizer.decode([t for t in data.labels(0) if t != IGNORE])
+    assert "reset button" in learned
+    assert "Check" not in learned and "plugged" not in learned and "brief" not in learned
+    assert learned.rstrip().endswith("<|im_end|>")
+
+
+def test_a_token_spanning_the_prompt_end_still_leaves_the_prompt_intact(tokenizer):
+    # This tokenizer merges "\n\nMy" into one token, across the assistant header's newline.
+    conversation = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "\nMy router"},
+    ]
+    prompts, fulls = sft_data.render(tokenizer, [conversation])
+    in_context = _ids(tokenizer, fulls[0])
+    data = sft_data.encode(tokenizer, [conversation], max_len=4096)
+    ids, n = data.input_ids[0], data.n_masked[0]
+    assert ids != in_context  # the spanning path was taken
+    assert ids[:n] == _ids(tokenizer, prompts[0])
+    assert "My router" in tokenizer.decode(ids[n:])
+
+
+def test_truncation_keeps_prompt_end_and_reply_start():
+    ids = list(range(100))
+    # Long prompt (80), short reply (20): the whole reply fits.
+    kept, n = sft_data.truncate(ids, 80, 50)
+    assert len(kept) == 50 and n == 30 and kept[:n] == ids[50:80] and kept[n:] == ids[80:]
+    # Long reply: the prompt keeps half the window, the reply its beginning.
+    kept, n = sft_data.truncate(ids, 40, 50)
+    assert n == 25 and kept[:n] == ids[15:40] and kept[n:] == ids[40:65]
+    # Short prompt: all of it, and the reply fills the rest.
+    kept, n = sft_data.truncate(ids, 10, 50)
+    assert n == 10 and kept == ids[:50]
+
+
+def test_long_rows_are_truncated_and_counted(tokenizer):
+    conversations = [r["messages"] for r in support_conversations(20)]
+    full = sft_data.encode(tokenizer, conversations, max_len=4096)
+    data = sft_data.encode(tokenizer, conversations, max_len=48)
+    too_long = sum(1 for n in full.lengths if n > 48)
+    assert too_long > 0
+    assert data.truncated_rows == too_long
+    assert max(data.lengths) <= 48
+    assert all(len(ids) > m for ids, m in zip(data.input_ids, data.n_masked, strict=True))
+
+
+def _write(run_dir, lines):
+    path = files.data_path(run_dir, "train")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "line 2 is not valid JSON"),
+        ('{"prompt": "x"}', "line 2 has no 'messages'"),
+        ('{"messages": [{"role": "user", "content": "x"}]}', "last message must be the assistant"),
+        ('{"messages": [{"role": "bot", "content": "x"}]}', "each message needs a role"),
+        ('{"messages": [{"role": "assistant", "content": "x"}]}', "no user turn"),
+    ],
+)
+def test_bad_rows_name_file_and_line(tmp_path, line, message):
+    good = json.dumps(
+        {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
+    )
+    _write(tmp_path, [good, line])
+    with pytest.raises(DataError, match=message) as info:
+        sft_data.read_conversations(tmp_path, "train")
+    assert "train.jsonl" in str(info.value)
+
+
+def test_missing_files(tmp_path):
+    with pytest.raises(DataError, match="train.jsonl is missing"):
+        sft_data.read_conversations(tmp_path, "train")
+    assert sft_data.read_conversations(tmp_path, "eval") == []
+    _write(tmp_path, [""])
+    with pytest.raises(DataError, match="no rows"):
+        sft_data.read_conversations(tmp_path, "train")
