@@ -6,8 +6,10 @@ Text that came from a user's data is always HTML-escaped before it goes into HTM
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -145,3 +147,92 @@ def presets_table(presets: pd.DataFrame) -> pd.DataFrame:
     ]
     table = table.assign(gated=table["gated"].map({True: "yes", False: "no"}))
     return table.rename(columns={"id": "model", "min_vram_gb": "VRAM GB"})
+
+
+def portable_code(code: str) -> str:
+    """`dragon.code(run)`'s text with the example file's path as `dragon.example_data()`."""
+    return code.replace(literal(str(EXAMPLE_FILE)), "dragon.example_data()")
+
+
+def duration_text(seconds: float | None) -> str:
+    """45 s, 3 min 05 s, 2 h 07 min."""
+    if seconds is None or pd.isna(seconds):
+        return ""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def run_header(config: dict[str, Any], status: dict[str, Any]) -> str:
+    """What the Monitor says about a run: state, model, data, device, and how it ended."""
+    state = status.get("state") or "unknown"
+    model = (config.get("model") or {}).get("name", "?")
+    data = config.get("data") or {}
+    lines = [
+        f"**{state}** · run `{config.get('id')}` · {str(config.get('method', '')).upper()} "
+        f"of `{model}` on {data.get('n_train', '?')} rows ({data.get('n_eval', 0)} held out)"
+    ]
+    if config.get("continued_from"):
+        lines.append(f"Continues from run `{Path(config['continued_from']).name}`.")
+    if status.get("device"):
+        trainable, total = status.get("params_trainable"), status.get("params_total")
+        params = f", {trainable:,} of {total:,} parameters trainable" if trainable else ""
+        lines.append(f"Device {status['device']} ({status.get('dtype')}){params}.")
+    metrics = status.get("metrics") or {}
+    shown = [f"{k.replace('_', ' ')} {v:.4g}" for k, v in metrics.items() if _is_number(v)]
+    if shown and state in ("succeeded", "cancelled"):
+        lines.append("Final: " + ", ".join(shown) + ".")
+    if state == "failed":
+        lines.append(f"Failed ({status.get('reason') or 'error'}): {status.get('error') or ''}")
+    if state in ("failed", "cancelled"):
+        lines.append("Resume picks it up from its newest checkpoint.")
+    return "  \n".join(lines)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _local_time(stamp: Any) -> str:
+    if stamp is None or pd.isna(stamp):
+        return ""
+    return stamp.to_pydatetime().astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """dragon.runs() with local start times, readable durations and rounded losses."""
+    return pd.DataFrame(
+        {
+            "id": frame["id"],
+            "name": frame["name"],
+            "state": frame["state"],
+            "model": frame["model"],
+            "method": frame["method"],
+            "started": [_local_time(t) for t in frame["started"]],
+            "duration": [duration_text(d) for d in frame["duration"]],
+            "final loss": ["" if pd.isna(x) else f"{x:.4f}" for x in frame["final_loss"]],
+            "continued from": frame["continued_from"].fillna(""),
+        }
+    )
+
+
+def samples_table(samples: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """samples.json as a table: the held-out prompt, the data's reply, the model's reply."""
+    return pd.DataFrame(
+        [[s.get("prompt", ""), s.get("reference", ""), s.get("generated", "")] for s in samples],
+        columns=["prompt", "reference", "generated"],
+    )
+
+
+def settings_call(settings: Any) -> str | None:
+    """`dragon.Lora(r=8)` for the fields that differ from the defaults; None when none do."""
+    cls, default = type(settings), type(settings)()
+    parts = [
+        f"{f.name}={literal(getattr(settings, f.name))}"
+        for f in dataclasses.fields(cls)
+        if f.name != "extra" and getattr(settings, f.name) != getattr(default, f.name)
+    ]
+    return f"dragon.{cls.__name__}({', '.join(parts)})" if parts else None

@@ -17,7 +17,11 @@ def test_build_app_has_one_tab_per_module_and_makes_the_uploads_folder(tmp_path:
     assert isinstance(app, gr.Blocks)
     assert (tmp_path / "runs" / "uploads").is_dir()
     tabs = [block.label for block in app.blocks.values() if isinstance(block, gr.Tab)]
-    assert tabs == [tab.TITLE for tab in layout.TABS] == ["Data", "Mapping", "Model"]
+    assert (
+        tabs
+        == [tab.TITLE for tab in layout.TABS]
+        == ["Data", "Mapping", "Model", "Train", "Monitor", "Runs"]
+    )
     assert dragon.app is layout.build_app
 
 

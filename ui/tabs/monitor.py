@@ -1,0 +1,208 @@
+"""The Monitor tab: one run's state, progress, loss chart, log, samples and code; cancel, resume.
+
+Everything shown is read from the run's files, so a reloaded page or a second browser sees the
+same run. A `gr.Timer` ticks every second; a tick compares the run's change counter
+(`ui.watch`, fed by filesystem events) with the one this page last saw and reads nothing when
+they match. A queued or running run is re-read every LIVENESS_S anyway: a trainer that died
+writes nothing, and reading its status is what notices that (and reports it failed).
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+import dragonfarm_core as dragon
+from dragonfarm_core.runs import files
+from ui import charts, present, watch
+from ui.context import AppContext
+
+TITLE = "Monitor"
+TICK_S = 1.0
+LIVENESS_S = 10.0
+LOG_LINES = 40
+CANCEL_TIMEOUT_S = 60.0
+ACTIVE = ("queued", "running")
+RESUMABLE = ("failed", "cancelled")
+# Runs in the browser: keep the newest log line in view (Gradio's autoscroll misses the first
+# value a page gets).
+SCROLL_LOG = """() => setTimeout(() => {
+    const box = document.querySelector('#monitor-log textarea');
+    if (box) box.scrollTop = box.scrollHeight;
+}, 50)"""
+NO_RUN = "No run selected: start one in the Train tab, or open one in the Runs tab."
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What this page last read: which run, at which change count, when, and was it active."""
+
+    run: str | None
+    version: int | None
+    read_at: float
+    active: bool
+
+
+def run_choices(runs_dir: Path) -> list[tuple[str, str]]:
+    """Every run, newest first, as (label, run folder)."""
+    table = dragon.runs(runs_dir)
+    return [(f"{r.id} ({r.state})", str(runs_dir / r.id)) for r in table.itertuples()]
+
+
+def _empty(message: str, seen: Seen) -> tuple[Any, ...]:
+    off = gr.update(interactive=False)
+    hidden = gr.update(visible=False)
+    return message, "", charts.loss_figure(pd.DataFrame()), "", hidden, "", off, off, "", seen
+
+
+def show(run_dir: str | None, message: str = "") -> tuple[Any, ...]:
+    """Read a run -> (header, progress bar, chart, log, samples, code, cancel button, resume
+    button, error box, seen)."""
+    if not run_dir:
+        return _empty(present.hint_html(NO_RUN), Seen(None, None, time.monotonic(), False))
+    version = watch.run_version(run_dir)  # before reading: a write during the read shows next tick
+    if not files.is_run_dir(run_dir):
+        gone = f"Run {Path(run_dir).name} is gone (archived or deleted); pick another run."
+        return _empty(present.hint_html(gone), Seen(run_dir, version, time.monotonic(), False))
+    run = dragon.open_run(run_dir)
+    status, progress = run.status(), run.progress()
+    state = status.get("state")
+    etas = progress["eta_s"].dropna()
+    steps = progress["step"].dropna()
+    step = status.get("step") or (int(steps.iloc[-1]) if len(steps) else 0)
+    bar = charts.progress_html(
+        state, step, status.get("total_steps"), etas.iloc[-1] if len(etas) else None
+    )
+    samples = files.read_samples(run.dir) if state == "succeeded" else None
+    shown = gr.update(value=present.samples_table(samples or []), visible=bool(samples))
+    return (
+        present.run_header(run.config, status),
+        bar,
+        charts.loss_figure(progress),
+        "\n".join(run.logs(LOG_LINES)),
+        shown,
+        present.portable_code(dragon.code(run)),
+        gr.update(interactive=state in ACTIVE, value="Cancel"),
+        gr.update(interactive=state in RESUMABLE),
+        present.error_html(message),
+        Seen(run_dir, version, time.monotonic(), state in ACTIVE),
+    )
+
+
+def tick(run_dir: str | None, seen: Seen | None) -> tuple[Any, ...]:
+    """Timer tick: read the run only if its files changed, or it is active and LIVENESS_S old."""
+    if seen is not None and seen.run == run_dir:
+        unchanged = run_dir is None or watch.run_version(run_dir) == seen.version
+        due = seen.active and time.monotonic() - seen.read_at >= LIVENESS_S
+        if unchanged and not due:
+            return (gr.skip(),) * 10
+    return show(run_dir)
+
+
+def cancel(run_dir: str | None) -> tuple[Any, ...]:
+    """Cancel: the trainer stops after its current step and keeps a checkpoint."""
+    if not run_dir:
+        return show(None)
+    try:
+        dragon.cancel(run_dir, timeout=CANCEL_TIMEOUT_S)
+    except (FileNotFoundError, RuntimeError) as e:
+        return show(run_dir, str(e))
+    return show(run_dir)
+
+
+def resume(run_dir: str | None) -> tuple[Any, ...]:
+    """Resume a failed or cancelled run from its newest checkpoint; returns at once."""
+    if not run_dir:
+        return show(None)
+    try:
+        dragon.resume(run_dir)
+    except (FileNotFoundError, RuntimeError, ValueError) as e:
+        gr.Warning(html.escape(str(e)))
+        return show(run_dir, str(e))
+    return show(run_dir)
+
+
+def pick(run_dir: str | None) -> str | None:
+    """A run picked here becomes the selected run for the other tabs too."""
+    return run_dir
+
+
+def select(runs_dir: Path, wanted: str | None) -> Any:
+    """The selected run (from Train or Runs) becomes the picked one, with fresh choices."""
+    choices = run_choices(runs_dir)
+    values = [value for _, value in choices]
+    return gr.update(choices=choices, value=wanted if wanted in values else None)
+
+
+def refresh_choices(runs_dir: Path, seen: int | None, current: str | None) -> tuple[Any, Any]:
+    """Timer tick -> (picker update, version seen): new runs appear in the picker; with
+    nothing picked, the newest run is shown. Reads nothing while no run changed."""
+    version = watch.runs_version(runs_dir)
+    if version == seen:
+        return gr.skip(), gr.skip()
+    choices = run_choices(runs_dir)
+    values = [value for _, value in choices]
+    keep = current if current in values else (values[0] if values else None)
+    return gr.update(choices=choices, value=keep), version
+
+
+def build(ctx: AppContext) -> None:
+    with gr.Row():
+        # Its choices follow the runs folder; a run can go between a refresh and a pick, and
+        # `show` says so, so Gradio need not refuse a value it has not listed yet.
+        picker = gr.Dropdown(
+            [], value=None, label="Run", scale=4, allow_custom_value=True, elem_id="monitor-run"
+        )
+        stop = gr.Button("Cancel", interactive=False, scale=1, elem_id="monitor-cancel")
+        again = gr.Button("Resume", interactive=False, scale=1, elem_id="monitor-resume")
+    header = gr.Markdown(present.hint_html(NO_RUN), elem_id="monitor-header")
+    bar = gr.HTML(elem_id="monitor-progress")
+    error = gr.HTML(elem_id="monitor-error")
+    chart = gr.Plot(label="Loss and learning rate", elem_id="monitor-chart")
+    log = gr.Textbox(
+        label=f"Log (last {LOG_LINES} lines)",
+        lines=10,
+        max_lines=10,
+        autoscroll=True,
+        interactive=False,
+        elem_id="monitor-log",
+    )
+    samples = gr.Dataframe(
+        label="Held-out samples: prompt, the data's reply, the model's reply",
+        interactive=False,
+        wrap=True,
+        visible=False,
+        elem_id="monitor-samples",
+    )
+    code = gr.Code(
+        "",
+        language="python",
+        label="Python",
+        interactive=False,
+        show_line_numbers=False,
+        elem_id="monitor-code",
+    )
+    seen, seen_runs = gr.State(None), gr.State(None)
+    timer = gr.Timer(TICK_S)
+
+    view = [header, bar, chart, log, samples, code, stop, again, error, seen]
+    quiet = {"show_progress": "hidden"}
+    picker.change(show, picker, view, **quiet)
+    picker.input(pick, picker, ctx.run)
+    ctx.run.change(partial(select, ctx.runs_dir), ctx.run, picker)
+    timer.tick(tick, [picker, seen], view, **quiet)
+    timer.tick(
+        partial(refresh_choices, ctx.runs_dir), [seen_runs, picker], [picker, seen_runs], **quiet
+    )
+    stop.click(lambda: gr.update(value="Cancelling…", interactive=False), None, stop).then(
+        cancel, picker, view
+    )
+    again.click(resume, picker, view)
+    log.change(None, None, None, js=SCROLL_LOG)
