@@ -42,8 +42,9 @@ def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, *
 
 @lru_cache(maxsize=16)
 def _compile(template: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+    )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -69,8 +70,11 @@ def load_chat_template(model_dir: str | Path) -> tuple[str, dict[str, str]]:
     config_path = model_dir / "tokenizer_config.json"
     if config_path.is_file():
         config = json.loads(config_path.read_text(encoding="utf-8"))
-    tokens = {k: t for k in ("bos_token", "eos_token", "pad_token", "unk_token")
-              if (t := _token_text(config.get(k))) is not None}
+    tokens = {
+        k: t
+        for k in ("bos_token", "eos_token", "pad_token", "unk_token")
+        if (t := _token_text(config.get(k))) is not None
+    }
     jinja_file = model_dir / "chat_template.jinja"
     if jinja_file.is_file():
         return jinja_file.read_text(encoding="utf-8"), tokens
@@ -81,21 +85,26 @@ def load_chat_template(model_dir: str | Path) -> tuple[str, dict[str, str]]:
     return (template or DEFAULT_CHAT_TEMPLATE), tokens
 
 
-def render(template: str, messages: list[dict[str, str]], add_generation_prompt: bool = False,
-           **special_tokens: str) -> str:
+def render(
+    template: str,
+    messages: list[dict[str, str]],
+    add_generation_prompt: bool = False,
+    **special_tokens: str,
+) -> str:
     """The conversation as text, exactly as the template lays it out."""
     try:
-        return _compile(template).render(messages=messages,
-                                         add_generation_prompt=add_generation_prompt,
-                                         **special_tokens)
+        return _compile(template).render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **special_tokens
+        )
     except ChatTemplateError:
         raise
     except jinja2.TemplateError as e:
         raise ChatTemplateError(f"The chat template failed on this conversation: {e}") from e
 
 
-def learned_span(template: str, messages: list[dict[str, str]],
-                 **special_tokens: str) -> tuple[str, str]:
+def learned_span(
+    template: str, messages: list[dict[str, str]], **special_tokens: str
+) -> tuple[str, str]:
     """(context, learned): the masked text up to the assistant header, then the learned turn.
 
     The learned part is everything the full rendering adds after the prompt rendered with the
@@ -106,7 +115,7 @@ def learned_span(template: str, messages: list[dict[str, str]],
     prompt = render(template, messages[:-1], add_generation_prompt=True, **special_tokens)
     full = render(template, messages, add_generation_prompt=False, **special_tokens)
     if full.startswith(prompt):
-        return prompt, full[len(prompt):]
+        return prompt, full[len(prompt) :]
     # Templates that rewrite earlier turns (e.g. strip reasoning) break the prefix: split at
     # the longest common prefix instead.
     n = 0

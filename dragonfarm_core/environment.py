@@ -18,8 +18,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-LIBRARIES = ("torch", "transformers", "peft", "trl", "accelerate", "gradio", "pandas",
-             "tokenizers", "huggingface-hub")
+LIBRARIES = (
+    "torch",
+    "transformers",
+    "peft",
+    "trl",
+    "accelerate",
+    "gradio",
+    "pandas",
+    "tokenizers",
+    "huggingface-hub",
+)
 
 # Runs in a child interpreter: the only place check() touches torch.
 _TORCH_PROBE = r"""
@@ -51,8 +60,13 @@ def _versions() -> dict[str, str | None]:
 
 def _probe_torch(timeout: float = 120) -> dict[str, Any]:
     try:
-        done = subprocess.run([sys.executable, "-c", _TORCH_PROBE], capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", _TORCH_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"importing torch took more than {timeout:.0f} s"}
     if done.returncode != 0:
@@ -66,8 +80,13 @@ def _nvidia_driver() -> str | None:
     if not shutil.which("nvidia-smi"):
         return None
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20, check=False)
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
     except (subprocess.TimeoutExpired, OSError):
         return None
     lines = done.stdout.strip().splitlines()
@@ -86,14 +105,19 @@ def _device(torch_facts: dict[str, Any], driver: str | None) -> tuple[str, str, 
     if driver is None:
         return "cpu", "No NVIDIA GPU or driver was found; training runs on the CPU.", None
     if torch_facts.get("cuda_build") is None:
-        return ("cpu", f"An NVIDIA GPU is present (driver {driver}) but this torch is a CPU-only "
-                       "build.",
-                "pip install --force-reinstall torch --index-url <the PyTorch CUDA wheel index "
-                "matching your driver>")
-    return ("cpu", f"An NVIDIA GPU is present (driver {driver}) but torch cannot use it: the "
-                   f"driver is probably too old for CUDA {torch_facts['cuda_build']}.",
-            "Update the NVIDIA driver (nvidia.com/en-us/drivers), or install a torch build for "
-            "an older CUDA.")
+        return (
+            "cpu",
+            f"An NVIDIA GPU is present (driver {driver}) but this torch is a CPU-only build.",
+            "pip install --force-reinstall torch --index-url <the PyTorch CUDA wheel index "
+            "matching your driver>",
+        )
+    return (
+        "cpu",
+        f"An NVIDIA GPU is present (driver {driver}) but torch cannot use it: the "
+        f"driver is probably too old for CUDA {torch_facts['cuda_build']}.",
+        "Update the NVIDIA driver (nvidia.com/en-us/drivers), or install a torch build for "
+        "an older CUDA.",
+    )
 
 
 def _hub_reachable(timeout: float = 3) -> bool:
@@ -128,11 +152,18 @@ def check(runs_dir: str | os.PathLike[str] | None = None, verbose: bool = True) 
     driver = _nvidia_driver()
     device, why, fix = _device(torch_facts, driver)
     facts: dict[str, Any] = {
-        "python": sys.version.split()[0], "executable": sys.executable,
-        "libraries": _versions(), "device": device, "device_reason": why, "fix": fix,
-        "nvidia_driver": driver, "gpus": torch_facts.get("gpus", []),
-        "runs_dir": str(where), "free_disk_gb": round(shutil.disk_usage(probe_at).free / 2**30, 1),
-        "hf_token_configured": _hf_token_configured(), "hub_reachable": _hub_reachable(),
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "libraries": _versions(),
+        "device": device,
+        "device_reason": why,
+        "fix": fix,
+        "nvidia_driver": driver,
+        "gpus": torch_facts.get("gpus", []),
+        "runs_dir": str(where),
+        "free_disk_gb": round(shutil.disk_usage(probe_at).free / 2**30, 1),
+        "hf_token_configured": _hf_token_configured(),
+        "hub_reachable": _hub_reachable(),
     }
     if verbose:
         print(format_check(facts))
@@ -142,16 +173,33 @@ def check(runs_dir: str | os.PathLike[str] | None = None, verbose: bool = True) 
 def format_check(facts: dict[str, Any]) -> str:
     """The facts as a few readable lines (the CLI and the app show this)."""
     libs = ", ".join(f"{k} {v or 'missing'}" for k, v in facts["libraries"].items())
-    lines = [f"Python {facts['python']} ({facts['executable']})", f"Libraries: {libs}",
-             f"Training device: {facts['device']}. {facts['device_reason']}"]
+    lines = [
+        f"Python {facts['python']} ({facts['executable']})",
+        f"Libraries: {libs}",
+        f"Training device: {facts['device']}. {facts['device_reason']}",
+    ]
     if facts.get("fix"):
         lines.append(f"Fix: {facts['fix']}")
     for gpu in facts["gpus"]:
-        lines.append(f"GPU: {gpu['name']}, {gpu['free_gb']} of {gpu['total_gb']} GB free, "
-                     f"bf16 {'yes' if gpu['bf16'] else 'no'}")
+        lines.append(
+            f"GPU: {gpu['name']}, {gpu['free_gb']} of {gpu['total_gb']} GB free, "
+            f"bf16 {'yes' if gpu['bf16'] else 'no'}"
+        )
     lines.append(f"Runs directory: {facts['runs_dir']} ({facts['free_disk_gb']} GB free)")
-    lines.append("Hugging Face token: " + ("configured" if facts["hf_token_configured"]
-                                            else "not set (needed only for gated models)"))
-    lines.append("Hugging Face Hub: " + ("reachable" if facts["hub_reachable"] else
-                 "not reachable (the bundled model and local folders still work)"))
+    lines.append(
+        "Hugging Face token: "
+        + (
+            "configured"
+            if facts["hf_token_configured"]
+            else "not set (needed only for gated models)"
+        )
+    )
+    lines.append(
+        "Hugging Face Hub: "
+        + (
+            "reachable"
+            if facts["hub_reachable"]
+            else "not reachable (the bundled model and local folders still work)"
+        )
+    )
     return "\n".join(lines)

@@ -19,25 +19,79 @@ BUNDLED_ALIASES = frozenset({BUNDLED_MODEL_ID, "bundled", "tiny-support"})
 
 # The manual's table of recommended models, kept as data, plus the bundled model.
 PRESETS: tuple[dict[str, object], ...] = (
-    {"id": BUNDLED_MODEL_ID, "params": "6M", "license": "Apache 2.0", "gated": False, "rank": 0,
-     "min_vram_gb": 0.0,
-     "notes": "Bundled with dragonfarm, works offline. A toy support model for demos and tests; "
-              "trains on a CPU in minutes."},
-    {"id": "HuggingFaceTB/SmolLM2-135M-Instruct", "params": "135M", "license": "Apache 2.0",
-     "gated": False, "rank": 1, "min_vram_gb": 2.0, "notes": "Smallest real model; 2 GB, or CPU."},
-    {"id": "HuggingFaceTB/SmolLM2-360M-Instruct", "params": "360M", "license": "Apache 2.0",
-     "gated": False, "rank": 2, "min_vram_gb": 3.0, "notes": "Good CPU-friendly step up."},
-    {"id": "Qwen/Qwen2.5-0.5B-Instruct", "params": "0.5B", "license": "Apache 2.0",
-     "gated": False, "rank": 3, "min_vram_gb": 3.0, "notes": "Strong for its size; multilingual."},
-    {"id": "google/gemma-3-1b-it", "params": "1B", "license": "Gemma", "gated": True, "rank": 4,
-     "min_vram_gb": 5.0, "notes": "Needs a token: accept the license on the Hub, set HF_TOKEN."},
-    {"id": "meta-llama/Llama-3.2-1B-Instruct", "params": "1.2B", "license": "Llama 3.2",
-     "gated": True, "rank": 5, "min_vram_gb": 5.0,
-     "notes": "Needs a token: accept the license on the Hub, set HF_TOKEN."},
-    {"id": "Qwen/Qwen2.5-1.5B-Instruct", "params": "1.5B", "license": "Apache 2.0",
-     "gated": False, "rank": 6, "min_vram_gb": 7.0, "notes": "Best quality in the table."},
-    {"id": "HuggingFaceTB/SmolLM2-1.7B-Instruct", "params": "1.7B", "license": "Apache 2.0",
-     "gated": False, "rank": 7, "min_vram_gb": 8.0, "notes": "Largest SmolLM2."},
+    {
+        "id": BUNDLED_MODEL_ID,
+        "params": "6M",
+        "license": "Apache 2.0",
+        "gated": False,
+        "rank": 0,
+        "min_vram_gb": 0.0,
+        "notes": "Bundled with dragonfarm, works offline. A toy support model for demos and tests; "
+        "trains on a CPU in minutes.",
+    },
+    {
+        "id": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "params": "135M",
+        "license": "Apache 2.0",
+        "gated": False,
+        "rank": 1,
+        "min_vram_gb": 2.0,
+        "notes": "Smallest real model; 2 GB, or CPU.",
+    },
+    {
+        "id": "HuggingFaceTB/SmolLM2-360M-Instruct",
+        "params": "360M",
+        "license": "Apache 2.0",
+        "gated": False,
+        "rank": 2,
+        "min_vram_gb": 3.0,
+        "notes": "Good CPU-friendly step up.",
+    },
+    {
+        "id": "Qwen/Qwen2.5-0.5B-Instruct",
+        "params": "0.5B",
+        "license": "Apache 2.0",
+        "gated": False,
+        "rank": 3,
+        "min_vram_gb": 3.0,
+        "notes": "Strong for its size; multilingual.",
+    },
+    {
+        "id": "google/gemma-3-1b-it",
+        "params": "1B",
+        "license": "Gemma",
+        "gated": True,
+        "rank": 4,
+        "min_vram_gb": 5.0,
+        "notes": "Needs a token: accept the license on the Hub, set HF_TOKEN.",
+    },
+    {
+        "id": "meta-llama/Llama-3.2-1B-Instruct",
+        "params": "1.2B",
+        "license": "Llama 3.2",
+        "gated": True,
+        "rank": 5,
+        "min_vram_gb": 5.0,
+        "notes": "Needs a token: accept the license on the Hub, set HF_TOKEN.",
+    },
+    {
+        "id": "Qwen/Qwen2.5-1.5B-Instruct",
+        "params": "1.5B",
+        "license": "Apache 2.0",
+        "gated": False,
+        "rank": 6,
+        "min_vram_gb": 7.0,
+        "notes": "Best quality in the table.",
+    },
+    {
+        "id": "HuggingFaceTB/SmolLM2-1.7B-Instruct",
+        "params": "1.7B",
+        "license": "Apache 2.0",
+        "gated": False,
+        "rank": 7,
+        "min_vram_gb": 8.0,
+        "notes": "Largest SmolLM2.",
+    },
 )
 
 
@@ -79,25 +133,33 @@ def resolve_model(model: str, revision: str | None = None) -> ResolvedModel:
     'dragonfarm/tiny-support'
     """
     if not isinstance(model, str) or not model.strip():
-        raise ModelError("No model given: pass a preset or Hub id, a local folder, or "
-                         f"{BUNDLED_MODEL_ID!r} for the bundled model.")
+        raise ModelError(
+            "No model given: pass a preset or Hub id, a local folder, or "
+            f"{BUNDLED_MODEL_ID!r} for the bundled model."
+        )
     model = model.strip()
     if is_bundled(model):
         path = bundled_model_path()
         if not (path / "config.json").is_file():
-            raise ModelError(f"The bundled model is missing from {path}; rebuild it with "
-                             "`python scripts/build_bundled_model.py`.")
+            raise ModelError(
+                f"The bundled model is missing from {path}; rebuild it with "
+                "`python scripts/build_bundled_model.py`."
+            )
         return ResolvedModel(BUNDLED_MODEL_ID, str(path), None)
     local = Path(model).expanduser()
     if local.exists():
         if not (local / "config.json").is_file():
-            raise ModelError(f"{local} is a folder but not a model: it has no config.json. Point "
-                             "at the folder that holds config.json and the weights.")
+            raise ModelError(
+                f"{local} is a folder but not a model: it has no config.json. Point "
+                "at the folder that holds config.json and the weights."
+            )
         return ResolvedModel(model, str(local.resolve()), revision)
     if not _looks_like_hub_id(model):
-        raise ModelError(f"{model!r} is neither a local folder nor a Hugging Face model id "
-                         "(owner/name). Check the spelling, or use the bundled model "
-                         f"{BUNDLED_MODEL_ID!r}.")
+        raise ModelError(
+            f"{model!r} is neither a local folder nor a Hugging Face model id "
+            "(owner/name). Check the spelling, or use the bundled model "
+            f"{BUNDLED_MODEL_ID!r}."
+        )
     return ResolvedModel(model, _download(model, revision), revision)
 
 
@@ -114,17 +176,24 @@ def _download(model: str, revision: str | None) -> str:
     try:
         return snapshot_download(model, revision=revision, allow_patterns=patterns)
     except GatedRepoError as e:
-        raise ModelError(f"{model} is gated: accept its license on the Hugging Face Hub, then set "
-                         "HF_TOKEN to a token of the account that accepted it.") from e
+        raise ModelError(
+            f"{model} is gated: accept its license on the Hugging Face Hub, then set "
+            "HF_TOKEN to a token of the account that accepted it."
+        ) from e
     except RevisionNotFoundError as e:
-        raise ModelError(f"{model} has no revision {revision!r}; check the branch, tag or "
-                         "commit.") from e
+        raise ModelError(
+            f"{model} has no revision {revision!r}; check the branch, tag or commit."
+        ) from e
     except RepositoryNotFoundError as e:
-        raise ModelError(f"{model} was not found on the Hugging Face Hub (or it is private and "
-                         "HF_TOKEN is not set). Check the id.") from e
+        raise ModelError(
+            f"{model} was not found on the Hugging Face Hub (or it is private and "
+            "HF_TOKEN is not set). Check the id."
+        ) from e
     except (LocalEntryNotFoundError, OSError, ValueError) as e:
         offline = os.environ.get("HF_HUB_OFFLINE") not in (None, "", "0")
         why = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face Hub could not be reached"
-        raise ModelError(f"{model} could not be downloaded: {why} and it is not in the local "
-                         f"cache. Use the bundled model {BUNDLED_MODEL_ID!r} (works offline), "
-                         "or a local folder that holds the model.") from e
+        raise ModelError(
+            f"{model} could not be downloaded: {why} and it is not in the local "
+            f"cache. Use the bundled model {BUNDLED_MODEL_ID!r} (works offline), "
+            "or a local folder that holds the model."
+        ) from e

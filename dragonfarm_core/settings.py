@@ -17,8 +17,15 @@ class SettingsError(ValueError):
     """A setting is out of range or of the wrong kind."""
 
 
-def _meta(label: str, help: str, *, min: float | None = None, max: float | None = None,
-          choices: tuple[str, ...] | None = None, step: float | None = None) -> dict[str, Any]:
+def _meta(
+    label: str,
+    help: str,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    choices: tuple[str, ...] | None = None,
+    step: float | None = None,
+) -> dict[str, Any]:
     return {"label": label, "help": help, "min": min, "max": max, "choices": choices, "step": step}
 
 
@@ -31,35 +38,63 @@ def _check_range(obj: Any, name: str) -> None:
         raise SettingsError(f"{type(obj).__name__}.{name} must be a number, got {value!r}.")
     lo, hi = meta.get("min"), meta.get("max")
     if lo is not None and value < lo:
-        raise SettingsError(f"{type(obj).__name__}.{name} = {value} is below the minimum {lo}; "
-                            f"use a value between {lo} and {hi}.")
+        raise SettingsError(
+            f"{type(obj).__name__}.{name} = {value} is below the minimum {lo}; "
+            f"use a value between {lo} and {hi}."
+        )
     if hi is not None and value > hi:
-        raise SettingsError(f"{type(obj).__name__}.{name} = {value} is above the maximum {hi}; "
-                            f"use a value between {lo} and {hi}.")
+        raise SettingsError(
+            f"{type(obj).__name__}.{name} = {value} is above the maximum {hi}; "
+            f"use a value between {lo} and {hi}."
+        )
 
 
 def _check_choice(obj: Any, name: str) -> None:
     meta = next(f.metadata for f in dataclasses.fields(obj) if f.name == name)
     value = getattr(obj, name)
     if value not in meta["choices"]:
-        raise SettingsError(f"{type(obj).__name__}.{name} = {value!r} is not one of "
-                            f"{', '.join(meta['choices'])}.")
+        raise SettingsError(
+            f"{type(obj).__name__}.{name} = {value!r} is not one of {', '.join(meta['choices'])}."
+        )
 
 
 @dataclass(frozen=True)
 class Lora:
     """LoRA adapter settings."""
 
-    r: int = field(default=16, metadata=_meta(
-        "Rank (r)", "Size of the low-rank update. 8-32 is typical; higher learns more and costs more.",
-        min=1, max=512, step=1))
-    alpha: float = field(default=32, metadata=_meta(
-        "Alpha", "Scale of the update (alpha / r multiplies it). Usually 2 x r.", min=1, max=4096))
-    dropout: float = field(default=0.05, metadata=_meta(
-        "Dropout", "Dropout on the adapter input during training.", min=0.0, max=0.9, step=0.01))
-    target_modules: str | tuple[str, ...] = field(default="auto", metadata=_meta(
-        "Target modules", "'auto' adapts every linear projection of the model; or a list of "
-                          "module names such as q_proj, v_proj."))
+    r: int = field(
+        default=16,
+        metadata=_meta(
+            "Rank (r)",
+            "Size of the low-rank update. 8-32 is typical; higher learns more and costs more.",
+            min=1,
+            max=512,
+            step=1,
+        ),
+    )
+    alpha: float = field(
+        default=32,
+        metadata=_meta(
+            "Alpha",
+            "Scale of the update (alpha / r multiplies it). Usually 2 x r.",
+            min=1,
+            max=4096,
+        ),
+    )
+    dropout: float = field(
+        default=0.05,
+        metadata=_meta(
+            "Dropout", "Dropout on the adapter input during training.", min=0.0, max=0.9, step=0.01
+        ),
+    )
+    target_modules: str | tuple[str, ...] = field(
+        default="auto",
+        metadata=_meta(
+            "Target modules",
+            "'auto' adapts every linear projection of the model; or a list of "
+            "module names such as q_proj, v_proj.",
+        ),
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.r, bool) or not isinstance(self.r, int):
@@ -81,44 +116,116 @@ class Lora:
 class TrainArgs:
     """How long and how fast to train. `extra` passes further keywords to the trainer."""
 
-    epochs: float = field(default=3, metadata=_meta(
-        "Epochs", "Passes over the training rows.", min=0.01, max=1000, step=1))
-    learning_rate: float = field(default=2e-4, metadata=_meta(
-        "Learning rate", "Peak learning rate of the adapter (linear decay after warm-up).",
-        min=1e-8, max=1.0))
-    batch_size: int = field(default=4, metadata=_meta(
-        "Batch size", "Rows per forward pass.", min=1, max=1024, step=1))
-    grad_accum: int = field(default=4, metadata=_meta(
-        "Gradient accumulation", "Forward passes per optimizer step; the effective batch is "
-                                 "batch_size x grad_accum.", min=1, max=1024, step=1))
-    max_seq_len: int = field(default=1024, metadata=_meta(
-        "Max sequence length", "Tokens per row; longer rows are truncated and counted.",
-        min=16, max=131072, step=16))
-    max_steps: int | None = field(default=None, metadata=_meta(
-        "Max steps", "Stop after this many optimizer steps (empty: run all epochs).",
-        min=1, max=10_000_000, step=1))
-    warmup_ratio: float = field(default=0.03, metadata=_meta(
-        "Warm-up ratio", "Fraction of steps spent ramping the learning rate up.",
-        min=0.0, max=0.5, step=0.01))
-    weight_decay: float = field(default=0.0, metadata=_meta(
-        "Weight decay", "AdamW weight decay on the adapter.", min=0.0, max=1.0, step=0.01))
-    logging_steps: int = field(default=5, metadata=_meta(
-        "Logging steps", "Write a progress row every this many optimizer steps.",
-        min=1, max=100_000, step=1))
-    save_steps: int = field(default=100, metadata=_meta(
-        "Save steps", "Save a resumable checkpoint every this many optimizer steps.",
-        min=1, max=1_000_000, step=1))
-    gradient_checkpointing: bool = field(default=False, metadata=_meta(
-        "Gradient checkpointing", "Recompute activations in the backward pass: less memory, "
-                                  "a little slower on a GPU."))
-    seed: int = field(default=42, metadata=_meta(
-        "Seed", "Seed for data order, adapter init and sampling.", min=0, max=2**32 - 1, step=1))
-    extra: dict[str, Any] = field(default_factory=dict, metadata=_meta(
-        "Extra", "Further keyword arguments passed through to the trainer."))
+    epochs: float = field(
+        default=3,
+        metadata=_meta("Epochs", "Passes over the training rows.", min=0.01, max=1000, step=1),
+    )
+    learning_rate: float = field(
+        default=2e-4,
+        metadata=_meta(
+            "Learning rate",
+            "Peak learning rate of the adapter (linear decay after warm-up).",
+            min=1e-8,
+            max=1.0,
+        ),
+    )
+    batch_size: int = field(
+        default=4, metadata=_meta("Batch size", "Rows per forward pass.", min=1, max=1024, step=1)
+    )
+    grad_accum: int = field(
+        default=4,
+        metadata=_meta(
+            "Gradient accumulation",
+            "Forward passes per optimizer step; the effective batch is batch_size x grad_accum.",
+            min=1,
+            max=1024,
+            step=1,
+        ),
+    )
+    max_seq_len: int = field(
+        default=1024,
+        metadata=_meta(
+            "Max sequence length",
+            "Tokens per row; longer rows are truncated and counted.",
+            min=16,
+            max=131072,
+            step=16,
+        ),
+    )
+    max_steps: int | None = field(
+        default=None,
+        metadata=_meta(
+            "Max steps",
+            "Stop after this many optimizer steps (empty: run all epochs).",
+            min=1,
+            max=10_000_000,
+            step=1,
+        ),
+    )
+    warmup_ratio: float = field(
+        default=0.03,
+        metadata=_meta(
+            "Warm-up ratio",
+            "Fraction of steps spent ramping the learning rate up.",
+            min=0.0,
+            max=0.5,
+            step=0.01,
+        ),
+    )
+    weight_decay: float = field(
+        default=0.0,
+        metadata=_meta(
+            "Weight decay", "AdamW weight decay on the adapter.", min=0.0, max=1.0, step=0.01
+        ),
+    )
+    logging_steps: int = field(
+        default=5,
+        metadata=_meta(
+            "Logging steps",
+            "Write a progress row every this many optimizer steps.",
+            min=1,
+            max=100_000,
+            step=1,
+        ),
+    )
+    save_steps: int = field(
+        default=100,
+        metadata=_meta(
+            "Save steps",
+            "Save a resumable checkpoint every this many optimizer steps.",
+            min=1,
+            max=1_000_000,
+            step=1,
+        ),
+    )
+    gradient_checkpointing: bool = field(
+        default=False,
+        metadata=_meta(
+            "Gradient checkpointing",
+            "Recompute activations in the backward pass: less memory, a little slower on a GPU.",
+        ),
+    )
+    seed: int = field(
+        default=42,
+        metadata=_meta(
+            "Seed", "Seed for data order, adapter init and sampling.", min=0, max=2**32 - 1, step=1
+        ),
+    )
+    extra: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_meta("Extra", "Further keyword arguments passed through to the trainer."),
+    )
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "grad_accum", "max_seq_len", "logging_steps", "save_steps",
-                     "seed", "max_steps"):
+        for name in (
+            "batch_size",
+            "grad_accum",
+            "max_seq_len",
+            "logging_steps",
+            "save_steps",
+            "seed",
+            "max_steps",
+        ):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 if isinstance(value, float) and value.is_integer():
@@ -133,11 +240,23 @@ class TrainArgs:
         if not isinstance(self.extra, dict):
             raise SettingsError("TrainArgs.extra must be a dict of keyword arguments.")
 
-    def __init__(self, epochs: float = 3, learning_rate: float = 2e-4, batch_size: int = 4,
-                 grad_accum: int = 4, max_seq_len: int = 1024, max_steps: int | None = None,
-                 warmup_ratio: float = 0.03, weight_decay: float = 0.0, logging_steps: int = 5,
-                 save_steps: int = 100, gradient_checkpointing: bool = False, seed: int = 42,
-                 extra: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        epochs: float = 3,
+        learning_rate: float = 2e-4,
+        batch_size: int = 4,
+        grad_accum: int = 4,
+        max_seq_len: int = 1024,
+        max_steps: int | None = None,
+        warmup_ratio: float = 0.03,
+        weight_decay: float = 0.0,
+        logging_steps: int = 5,
+        save_steps: int = 100,
+        gradient_checkpointing: bool = False,
+        seed: int = 42,
+        extra: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         # Like the manual's `...`: unknown keywords travel to the trainer in `extra`.
         values = dict(locals())
         for name in ("self", "kwargs", "__class__"):
@@ -156,15 +275,29 @@ DType = Literal["auto", "bfloat16", "float16", "float32"]
 class Hardware:
     """Where and in what precision to train."""
 
-    device: str = field(default="auto", metadata=_meta(
-        "Device", "auto picks CUDA, then Apple MPS, then the CPU.",
-        choices=("auto", "cuda", "mps", "cpu")))
-    dtype: str = field(default="auto", metadata=_meta(
-        "Precision", "auto: bfloat16 where supported, float16 on older CUDA GPUs, float32 "
-                     "for the trainable adapter on a CPU.",
-        choices=("auto", "bfloat16", "float16", "float32")))
-    load_in_4bit: bool = field(default=False, metadata=_meta(
-        "Load in 4-bit", "QLoRA: keep the frozen base in 4-bit (bitsandbytes, CUDA only)."))
+    device: str = field(
+        default="auto",
+        metadata=_meta(
+            "Device",
+            "auto picks CUDA, then Apple MPS, then the CPU.",
+            choices=("auto", "cuda", "mps", "cpu"),
+        ),
+    )
+    dtype: str = field(
+        default="auto",
+        metadata=_meta(
+            "Precision",
+            "auto: bfloat16 where supported, float16 on older CUDA GPUs, float32 "
+            "for the trainable adapter on a CPU.",
+            choices=("auto", "bfloat16", "float16", "float32"),
+        ),
+    )
+    load_in_4bit: bool = field(
+        default=False,
+        metadata=_meta(
+            "Load in 4-bit", "QLoRA: keep the frozen base in 4-bit (bitsandbytes, CUDA only)."
+        ),
+    )
 
     def __post_init__(self) -> None:
         _check_choice(self, "device")
@@ -174,7 +307,8 @@ class Hardware:
         if self.load_in_4bit and self.device in ("cpu", "mps"):
             raise SettingsError(
                 f"Hardware.load_in_4bit needs an NVIDIA GPU (bitsandbytes), but device is "
-                f"{self.device!r}; set load_in_4bit=False or device='cuda'.")
+                f"{self.device!r}; set load_in_4bit=False or device='cuda'."
+            )
 
 
 def to_dict(settings: Lora | TrainArgs | Hardware) -> dict[str, Any]:

@@ -25,8 +25,9 @@ print("HEAVY:" + ",".join(heavy))
 
 
 def test_app_and_public_api_never_import_heavy_libraries():
-    done = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     line = [x for x in done.stdout.splitlines() if x.startswith("HEAVY:")][-1]
     assert line == "HEAVY:", f"the app imported {line[6:]}"

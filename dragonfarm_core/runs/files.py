@@ -153,6 +153,7 @@ def write_jsonl(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> Non
 
 # --- Per-file accessors: the rest of the code calls these, never the names above directly. ---
 
+
 def read_config(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     config = read_json(Path(run_dir) / CONFIG)
     if config is None:
