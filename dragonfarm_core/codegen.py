@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.data.codegen import dataset_code, literal
+from dragonfarm_core.reinforcement import rewards_code
 from dragonfarm_core.runs import files, location
 from dragonfarm_core.runs.create import slugify
 from dragonfarm_core.runs.run import Run, open_run
@@ -67,7 +68,10 @@ def _call_arguments(config: dict[str, Any], run_dir: Path) -> list[str]:
     args = ["ds", "parent" if config.get("continued_from") else literal(model["name"])]
     if method in ("dpo", "orpo"):
         args.append(f"method={literal(method)}")
-    args += [f"{k}={_value(v)}" for k, v in (config.get("method_args") or {}).items()]
+    args += [
+        f"rewards={rewards_code(v, run_dir)}" if k == "rewards" else f"{k}={_value(v)}"
+        for k, v in (config.get("method_args") or {}).items()
+    ]
     for key, cls in (("lora", Lora), ("args", TrainArgs), ("hardware", Hardware)):
         call = _settings_call(cls, config.get(key) or {})
         if call:

@@ -1,0 +1,82 @@
+"""`prefer()`: preference optimization (DPO or ORPO) with LoRA, the stage after `train()`.
+
+    sft = dragon.train(ds, "dragonfarm/tiny-support", wait=True)
+    pairs = dragon.dataset("preferences.csv").map_pairs(prompt="q", chosen="good", rejected="bad")
+    dpo = dragon.prefer(pairs, sft, method="dpo", beta=0.1, wait=True)
+    dragon.evaluate(dpo)
+
+Like train(), it writes a run directory and starts the trainer in a subprocess
+(dragonfarm_core/trainers/dpo.py or orpo.py); config.json records `method` and
+`method_args = {"beta": ...}`. Passing a finished run as `model` folds its adapters into the
+base before a new adapter is trained, which is the usual order: train(), then prefer().
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from dragonfarm_core.runs.run import Run
+from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
+from dragonfarm_core.training import start_training
+
+METHODS = ("dpo", "orpo")
+# The manual's defaults for this stage: a gentler learning rate than SFT, two epochs.
+DEFAULT_LORA, DEFAULT_ARGS, DEFAULT_HARDWARE = (
+    Lora(),
+    TrainArgs(learning_rate=5e-5, epochs=2),
+    Hardware(),
+)
+
+
+def prefer(
+    dataset: Any,
+    model: Any,
+    method: str = "dpo",
+    beta: float = 0.1,
+    lora: Lora = DEFAULT_LORA,
+    args: TrainArgs = DEFAULT_ARGS,
+    hardware: Hardware = DEFAULT_HARDWARE,
+    name: str | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
+    runs_dir: str | os.PathLike[str] | None = None,
+    n_samples: int = 10,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    wait: bool = False,
+) -> Run:
+    """Teach `model` which of two replies is better, from a dataset mapped with .map_pairs().
+
+    method: "dpo" (Direct Preference Optimization) pushes the model's implicit reward of the
+    chosen reply above the rejected one, relative to a reference: the same model with the
+    adapter switched off, so it costs no extra memory. "orpo" (Odds Ratio Preference
+    Optimization) adds an odds-ratio penalty on the rejected reply to the supervised loss on the
+    chosen one; it needs no reference and works from a base model that was not fine-tuned.
+    beta: how hard the model is pushed (DPO's KL strength, ORPO's odds-ratio weight); 0.1 is a
+    sensible start for both. `args.batch_size` counts pairs.
+    model: a preset or Hub id, a local folder, or a succeeded Run to continue from.
+
+    Returns the Run at once; with wait=True, blocks with a progress bar and raises
+    RunFailedError if it fails.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} is not one of {', '.join(map(repr, METHODS))}.")
+    if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 < beta < math.inf:
+        raise SettingsError(f"beta must be a number > 0 (0.1 is a sensible start), got {beta!r}.")
+    return start_training(
+        method,
+        dataset,
+        model,
+        lora=lora,
+        args=args,
+        hardware=hardware,
+        name=name,
+        run_dir=run_dir,
+        runs_dir=runs_dir,
+        n_samples=n_samples,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+        method_args={"beta": float(beta)},
+        wait=wait,
+    )

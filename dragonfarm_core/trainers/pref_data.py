@@ -1,0 +1,246 @@
+"""Preference pairs for DPO and ORPO: read, tokenize with masking, score, sample.
+
+A pair row (data/*.jsonl) is `{"prompt": [messages ending with a user turn], "chosen":
+[assistant message], "rejected": [assistant message]}`. Each side is tokenized as a whole
+conversation (prompt + reply) by the SFT encoder, so the prompt is masked exactly as in SFT and
+only the reply's tokens are scored. A batch puts the chosen rows first and the rejected rows
+after them, so one forward pass scores both sides of every pair.
+
+Both methods turn a batch into `PairScores` (a loss and an implicit reward per side, per pair);
+what is logged, evaluated and written (pref_acc, reward_margin, eval.json, samples.json) follows
+from those scores alone, so it means the same for DPO and ORPO.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from dragonfarm_core.runs import files
+from dragonfarm_core.settings import SettingsError
+from dragonfarm_core.trainers import sft_data
+from dragonfarm_core.trainers.batching import collate, sorted_batches
+from dragonfarm_core.trainers.common import DataError, RunReporter
+from dragonfarm_core.trainers.config import TrainConfig
+from dragonfarm_core.trainers.evaluation import generate_samples
+from dragonfarm_core.trainers.modeling import lm_head_logits
+from dragonfarm_core.trainers.sft_data import IGNORE, Encoded
+
+Pair = dict[str, list[dict[str, str]]]
+# Columns pairs runs add to progress.jsonl (docs/ARCHITECTURE.md).
+PREF_COLUMNS = ("pref_acc", "reward_margin", "eval_pref_acc", "eval_reward_margin")
+
+
+def read_beta(config: TrainConfig) -> float:
+    """config.json's method_args for DPO and ORPO: only `beta`, a number > 0 (default 0.1)."""
+    unknown = sorted(set(config.method_args) - {"beta"})
+    if unknown:
+        raise SettingsError(
+            f"config.json method_args has unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"{config.method} understands only 'beta'."
+        )
+    beta = config.method_args.get("beta", 0.1)
+    if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 < beta < math.inf:
+        raise SettingsError(f"config.json method_args['beta'] must be a number > 0, got {beta!r}.")
+    return float(beta)
+
+
+def _check_messages(value: Any, field: str, last_role: str, where: str) -> list[dict[str, str]]:
+    if not isinstance(value, list) or not value:
+        raise DataError(f"{where}: {field!r} must be a non-empty list of {{role, content}}.")
+    for m in value:
+        if (
+            not isinstance(m, dict)
+            or m.get("role") not in sft_data.ROLES
+            or not isinstance(m.get("content"), str)
+        ):
+            raise DataError(
+                f"{where}: each message in {field!r} needs a role "
+                f"({', '.join(sft_data.ROLES)}) and a text content; got {str(m)[:120]}."
+            )
+    if value[-1]["role"] != last_role:
+        raise DataError(
+            f"{where}: {field!r} must end with a {last_role} turn, not {value[-1]['role']!r}."
+        )
+    return value
+
+
+def read_pairs(run_dir: str | os.PathLike[str], split: str) -> list[Pair]:
+    """The pairs of data/<split>.jsonl, checked; a missing eval file means no held-out pairs."""
+    path = files.data_path(run_dir, split)
+    if not path.is_file():
+        if split == "eval":
+            return []
+        raise DataError(f"{path} is missing; the run was not written completely. Recreate it.")
+    pairs = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}, line {n}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{where} is not valid JSON ({exc.msg}).") from exc
+            if not isinstance(row, dict) or not {"prompt", "chosen", "rejected"} <= row.keys():
+                raise DataError(
+                    f"{where} is not a preference pair; DPO and ORPO need "
+                    '{"prompt": [...], "chosen": [...], "rejected": [...]} rows '
+                    "(map the dataset with .map_pairs())."
+                )
+            pairs.append(
+                {
+                    "prompt": _check_messages(row["prompt"], "prompt", "user", where),
+                    "chosen": _check_messages(row["chosen"], "chosen", "assistant", where),
+                    "rejected": _check_messages(row["rejected"], "rejected", "assistant", where),
+                }
+            )
+    if split == "train" and not pairs:
+        raise DataError(f"{path} has no pairs to train on.")
+    return pairs
+
+
+@dataclass
+class EncodedPairs:
+    """Both sides of every pair, tokenized: rows 0..n-1 chosen, rows n..2n-1 rejected."""
+
+    sides: Encoded
+
+    def __len__(self) -> int:
+        return len(self.sides) // 2
+
+    @property
+    def lengths(self) -> list[int]:
+        """A pair's length is its longer side: that is the width it pads a batch to."""
+        n, lengths = len(self), self.sides.lengths
+        return [max(lengths[i], lengths[n + i]) for i in range(n)]
+
+    @property
+    def truncated_rows(self) -> int:
+        return self.sides.truncated_rows
+
+    def batch(self, pairs: list[int], pad_id: int) -> dict[str, torch.Tensor]:
+        """Chosen rows of `pairs`, then their rejected rows, right-padded to one width."""
+        return collate(self.sides, pairs + [len(self) + i for i in pairs], pad_id)
+
+
+def encode_pairs(tokenizer: Any, pairs: list[Pair], max_len: int) -> EncodedPairs:
+    """Tokenize prompt + chosen and prompt + rejected; mask the prompt; truncate to max_len."""
+    conversations = [p["prompt"] + p["chosen"] for p in pairs]
+    conversations += [p["prompt"] + p["rejected"] for p in pairs]
+    return EncodedPairs(sft_data.encode(tokenizer, conversations, max_len))
+
+
+def reply_logps(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed log-probability of each row's reply tokens, number of those tokens).
+
+    Like `modeling.label_loss`, the LM head runs only where a reply token is predicted.
+    """
+    causal = model.get_base_model()
+    hidden = causal.get_decoder()(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+    ).last_hidden_state
+    targets = batch["labels"][:, 1:]
+    keep = targets != IGNORE
+    logits = lm_head_logits(causal, hidden[:, :-1][keep]).float()
+    token_logps = -F.cross_entropy(logits, targets[keep], reduction="none")
+    rows = keep.nonzero()[:, 0]
+    sums = torch.zeros(len(targets), device=logits.device).index_add(0, rows, token_logps)
+    return sums, keep.sum(dim=1)
+
+
+@dataclass
+class PairScores:
+    """Per pair: the method's loss, and its implicit reward of the chosen and rejected reply."""
+
+    loss: torch.Tensor
+    chosen: torch.Tensor
+    rejected: torch.Tensor
+
+    @property
+    def margin(self) -> torch.Tensor:
+        return self.chosen - self.rejected
+
+    def correct(self) -> torch.Tensor:
+        """1 where the chosen reply scores higher, 0 where lower; a tie counts one half, so an
+        adapter that has not learned anything yet (policy = reference) scores 0.5, not 0."""
+        return (self.margin > 0).float() + 0.5 * (self.margin == 0).float()
+
+
+Score = Callable[[Any, dict[str, torch.Tensor], int], PairScores]
+
+
+@torch.inference_mode()
+def evaluate_pairs(
+    model: Any, data: EncodedPairs, batch_size: int, pad_id: int, score: Score
+) -> dict[str, Any]:
+    """Held-out loss, preference accuracy and mean reward margin over every pair of `data`."""
+    if not len(data):
+        return {"eval_loss": None, "pref_accuracy": None, "reward_margin": None, "eval_pairs": 0}
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    loss = correct = margin = 0.0
+    for pairs in sorted_batches(data.lengths, batch_size):
+        batch = {k: v.to(device) for k, v in data.batch(pairs, pad_id).items()}
+        scores = score(model, batch, len(pairs))
+        loss += float(scores.loss.sum())
+        correct += float(scores.correct().sum())
+        margin += float(scores.margin.sum())
+    model.train(was_training)
+    n = len(data)
+    return {
+        "eval_loss": loss / n,
+        "pref_accuracy": correct / n,
+        "reward_margin": margin / n,
+        "eval_pairs": n,
+    }
+
+
+def write_pair_samples(
+    run_dir: str | os.PathLike[str],
+    model: Any,
+    tokenizer: Any,
+    pairs: list[Pair],
+    split: str,
+    n: int,
+    max_new_tokens: int,
+) -> list[dict[str, Any]]:
+    """samples.json: prompt (last user turn), reference (chosen), rejected, generated."""
+    chosen = pairs[:n]
+    replies = generate_samples(
+        model, tokenizer, [p["prompt"] + p["chosen"] for p in chosen], max_new_tokens
+    )
+    samples = [
+        {
+            "prompt": next(m["content"] for m in reversed(p["prompt"]) if m["role"] == "user"),
+            "reference": p["chosen"][-1]["content"],
+            "rejected": p["rejected"][-1]["content"],
+            "generated": g,
+            "split": split,
+        }
+        for p, g in zip(chosen, replies, strict=True)
+    ]
+    files.write_samples(run_dir, samples)
+    return samples
+
+
+def log_progress(report: RunReporter, **values: Any) -> None:
+    """A progress row with the preference columns always present (null when not measured)."""
+    report.progress(**(dict.fromkeys(PREF_COLUMNS) | values))
+
+
+def eval_columns(results: dict[str, Any]) -> dict[str, Any]:
+    """`evaluate_pairs` results under their progress.jsonl names."""
+    return {
+        "eval_loss": results["eval_loss"],
+        "eval_pref_acc": results["pref_accuracy"],
+        "eval_reward_margin": results["reward_margin"],
+    }
