@@ -65,6 +65,23 @@ _API: dict[str, str] = {
     "RewardError": "dragonfarm_core.rewards",
     "metrics": "dragonfarm_core.metrics",
     "metric_regex": "dragonfarm_core.metrics",
+    # preference, reinforcement, evaluation
+    "prefer": "dragonfarm_core.preference",
+    "reinforce": "dragonfarm_core.reinforcement",
+    "test_rewards": "dragonfarm_core.reinforcement",
+    "evaluate": "dragonfarm_core.evaluation",
+    # inference, chat, feedback
+    "generate": "dragonfarm_core.generation",
+    "chat": "dragonfarm_core.chat",
+    "chat_load": "dragonfarm_core.chat",
+    "Chat": "dragonfarm_core.chat",
+    "feedback": "dragonfarm_core.feedback",
+    "backend": "dragonfarm_core.inference",
+    "set_backend": "dragonfarm_core.inference",
+    "backend_local": "dragonfarm_core.inference",
+    "backend_server": "dragonfarm_core.inference",
+    "backend_ollama": "dragonfarm_core.inference",
+    "worker_stop": "dragonfarm_core.inference",
     # the app
     "app": "ui.layout",
 }
@@ -76,7 +93,7 @@ __all__ = sorted(_API)
 # modules. Importing a submodule normally binds its name on the package, which would replace
 # the function; this package refuses that binding, so these names always mean the function.
 # (The modules stay importable by their full names: `from dragonfarm_core.chat import Chat`.)
-_SHADOWED = frozenset({"runs", "metrics", "chat", "feedback"})  # chat, feedback: coming
+_SHADOWED = frozenset({"runs", "metrics", "chat", "feedback"})
 
 
 class _Package(types.ModuleType):

@@ -1,9 +1,10 @@
 """The `dragonfarm` command line: a thin layer over the public API.
 
-    dragonfarm check                      # what this machine trains on, and why
-    dragonfarm app [--runs-dir DIR]       # the Gradio app (same as `python app.py`)
-    dragonfarm runs [--runs-dir DIR]      # the runs table
-    dragonfarm status RUN_DIR             # one run's status, as JSON
+dragonfarm check                      # what this machine trains on, and why
+dragonfarm app [--runs-dir DIR]       # the Gradio app (same as `python app.py`)
+dragonfarm runs [--runs-dir DIR]      # the runs table
+dragonfarm status RUN_DIR             # one run's status, as JSON
+dragonfarm serve RUN_OR_MODEL [--host 127.0.0.1] [--port 8000]   # an OpenAI-compatible API
 """
 
 from __future__ import annotations
@@ -63,10 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="print a run's status as JSON")
     p.add_argument("run", help="the run directory")
     p.set_defaults(func=_status)
+    sub.add_parser(
+        "serve", help="serve a run or model as an OpenAI-compatible API (dragonfarm serve --help)"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:  # serve owns its flags (see dragonfarm_core/serve.py)
+        from dragonfarm_core.serve import main as serve_main
+
+        return serve_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -1,0 +1,129 @@
+"""The shape every inference backend has, and the values that travel through it.
+
+A backend turns conversations (lists of `{"role", "content"}` messages, the training format)
+into replies. The local worker needs to know which weights to load (`ModelSpec`); a server or
+Ollama backend names its own model and ignores it. `Sampling` holds the generation settings,
+checked once here so every backend gets valid values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+Message = dict[str, str]
+OnToken = Callable[[str], None]
+ROLES = ("system", "user", "assistant")
+
+
+class InferenceError(RuntimeError):
+    """A backend could not produce a reply; the message says why and what to do."""
+
+
+class InferenceTimeout(InferenceError):
+    """A backend did not answer in time."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How to generate: length, randomness and nucleus sampling."""
+
+    max_new_tokens: int = 256
+    """Most tokens in a reply."""
+    temperature: float = 0.7
+    """0 is greedy decoding (the same reply every time); higher is more varied."""
+    top_p: float = 0.9
+    """Nucleus sampling: sample among the most likely tokens that cover this probability."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):
+            raise ValueError(f"max_new_tokens must be a whole number, got {self.max_new_tokens!r}.")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens = {self.max_new_tokens}; use 1 or more.")
+        if not 0 <= self.temperature <= 5:
+            raise ValueError(f"temperature = {self.temperature}; use 0 (greedy) up to 5.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p = {self.top_p}; use a value above 0 and at most 1.")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "max_new_tokens": self.max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+        }
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Weights the local worker loads: a base folder, adapters folded into it, a live adapter.
+
+    `adapters` (earlier runs' adapters) are merged into the base in order, as the trainer did;
+    `adapter` (the run's own) stays a separate LoRA layer, so `use_adapter=False` answers as
+    the base model from the same loaded weights, without a reload.
+    """
+
+    base: str
+    adapters: tuple[str, ...] = ()
+    adapter: str | None = None
+    use_adapter: bool = True
+    trust_remote_code: bool = False
+
+    @property
+    def key(self) -> tuple[str, tuple[str, ...], str | None]:
+        """What identifies the loaded weights (with or without the live adapter)."""
+        return (self.base, self.adapters, self.adapter)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "base": self.base,
+            "adapters": list(self.adapters),
+            "adapter": self.adapter,
+            "use_adapter": self.use_adapter,
+            "trust_remote_code": self.trust_remote_code,
+        }
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Anything that answers conversations: the local worker, an OpenAI server, Ollama."""
+
+    name: str
+    """"local", "server" or "ollama": recorded with feedback."""
+    model: str | None
+    """The model this backend always answers with (server, Ollama), or None when each call
+    names the weights to load (local)."""
+
+    def chat(
+        self,
+        model: ModelSpec | None,
+        messages: list[Message],
+        sampling: Sampling,
+        on_token: OnToken | None = None,
+    ) -> str:
+        """One reply to one conversation, streaming pieces to `on_token` as they come."""
+        ...
+
+    def generate(
+        self, model: ModelSpec | None, conversations: list[list[Message]], sampling: Sampling
+    ) -> list[str]:
+        """One reply per conversation, in order (batched where the backend can)."""
+        ...
+
+
+def check_messages(messages: list[Message], where: str = "messages") -> list[Message]:
+    """Plain {"role", "content"} dicts with known roles, ending with a user turn."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"{where} must be a non-empty list of {{'role', 'content'}} messages.")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise ValueError(
+                f"{where}[{i}] must be a dict whose role is one of {', '.join(ROLES)}; got {m!r}."
+            )
+        if not isinstance(m.get("content"), str):
+            raise ValueError(f"{where}[{i}] ({m['role']}) has no text content.")
+        out.append({"role": m["role"], "content": m["content"]})
+    if out[-1]["role"] != "user":
+        raise ValueError(f"{where} must end with a user turn, not {out[-1]['role']!r}.")
+    return out

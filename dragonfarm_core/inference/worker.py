@@ -1,0 +1,289 @@
+"""The local inference worker: holds models in memory and answers requests over stdin/stdout.
+
+    python -m dragonfarm_core.inference.worker [--device auto|cuda|mps|cpu] [--dtype auto|...]
+
+The only inference code that imports torch, transformers and peft; `local.py` starts it as a
+subprocess. Requests arrive one JSON object per line on stdin; events go back one JSON object
+per line on the original stdout, which is set aside at start so that anything a library prints
+lands in the log (stderr) instead of corrupting the protocol.
+
+    {"id": 1, "op": "generate", "model": {...ModelSpec}, "conversations": [[...]],
+     "sampling": {...}, "stream": true}
+    {"id": 2, "op": "status"}
+    -> {"event": "ready", ...} once, then per request: {"id", "event": "token", "text"} (streamed
+       pieces), {"id", "event": "alive"} (heartbeats during batches), and finally
+       {"id", "event": "done", "texts": [...]} or {"id", "event": "error", "error": "..."}
+
+The last two models stay loaded (least recently used goes first), so switching between a run
+and another, or between a run and its base (the adapter disabled in place), costs no reload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import sys
+import time
+import traceback
+from collections import OrderedDict
+from typing import IO, Any
+
+BATCH_SIZE = 16
+HELD_MODELS = 2
+HEARTBEAT_S = 1.0
+
+
+class Channel:
+    """The protocol stream: the process's real stdout, kept apart from library prints."""
+
+    def __init__(self) -> None:
+        self.out: IO[str] = os.fdopen(os.dup(1), "w", encoding="utf-8")
+        os.dup2(2, 1)  # from now on fd 1 (C code, print) goes to the log
+        sys.stdout = sys.stderr
+
+    def send(self, event: dict[str, Any]) -> None:
+        self.out.write(json.dumps(event, ensure_ascii=False) + "\n")
+        self.out.flush()
+
+
+def pick_device(device: str, dtype: str) -> tuple[str, Any]:
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            device = "cuda"
+        elif torch.backends.mps.is_available():
+            device = "mps"
+        else:
+            device = "cpu"
+    if dtype == "auto":
+        if device == "cuda":
+            dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        else:
+            dtype = "float16" if device == "mps" else "float32"
+    return device, getattr(torch, dtype)
+
+
+class Models:
+    """The loaded models, least recently used first; at most HELD_MODELS of them."""
+
+    def __init__(self, device: str, dtype: Any) -> None:
+        self.device, self.dtype = device, dtype
+        self.held: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
+        self.loads = 0
+
+    def get(self, spec: dict[str, Any]) -> tuple[Any, Any]:
+        key = (spec["base"], tuple(spec["adapters"]), spec["adapter"])
+        if key in self.held:
+            self.held.move_to_end(key)
+            return self.held[key]
+        while len(self.held) >= HELD_MODELS:
+            self.held.popitem(last=False)
+            self.free()
+        self.held[key] = self.load(spec)
+        self.loads += 1
+        return self.held[key]
+
+    def load(self, spec: dict[str, Any]) -> tuple[Any, Any]:
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from dragonfarm_core.chat_template import DEFAULT_CHAT_TEMPLATE
+
+        trust = bool(spec.get("trust_remote_code"))
+        # A trainer that changed the tokenizer (pad token, template) saves it with the adapter.
+        adapter = spec["adapter"]
+        has_own = adapter and os.path.isfile(os.path.join(adapter, "tokenizer_config.json"))
+        tokenizer = AutoTokenizer.from_pretrained(
+            adapter if has_own else spec["base"], trust_remote_code=trust
+        )
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        if not tokenizer.chat_template:
+            tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
+        model = AutoModelForCausalLM.from_pretrained(
+            spec["base"], dtype=self.dtype, trust_remote_code=trust
+        )
+        for path in spec["adapters"]:  # earlier runs, folded in as the trainer did
+            model = PeftModel.from_pretrained(model, path).merge_and_unload()
+        if adapter:
+            model = PeftModel.from_pretrained(model, adapter)
+        model.to(self.device).eval()
+        return model, tokenizer
+
+    def free(self) -> None:
+        import torch
+
+        gc.collect()
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "device": self.device,
+            "dtype": str(self.dtype),
+            "loaded": [{"base": b, "adapters": list(a), "adapter": ad} for b, a, ad in self.held],
+            "loads": self.loads,
+        }
+
+
+def make_streamer(tokenizer: Any, channel: Channel, rid: int, stream: bool) -> Any:
+    """Streams decoded pieces for one conversation, or sends heartbeats for a batch."""
+    from transformers import TextStreamer
+    from transformers.generation.streamers import BaseStreamer
+
+    class Pieces(TextStreamer):
+        def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+            if text:
+                channel.send({"id": rid, "event": "token", "text": text})
+
+    class Heartbeat(BaseStreamer):
+        last = 0.0
+
+        def put(self, value: Any) -> None:
+            if time.monotonic() - self.last > HEARTBEAT_S:
+                self.last = time.monotonic()
+                channel.send({"id": rid, "event": "alive"})
+
+        def end(self) -> None:
+            pass
+
+    if stream:
+        return Pieces(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    return Heartbeat()
+
+
+def stop_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Every token that ends a reply: the model's eos ids, the tokenizer's, ChatML's end."""
+    ids = model.generation_config.eos_token_id
+    ids = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if "<|im_end|>" in (tokenizer.chat_template or "") and end != tokenizer.unk_token_id:
+        ids.add(end)
+    return sorted(i for i in ids if isinstance(i, int))
+
+
+def adapter_mode(model: Any, spec: dict[str, Any], dtype: Any) -> Any:
+    """A context in which the live adapter is on (merged into the weights) or off (the base).
+
+    Unmerged, LoRA adds two small matmuls to every adapted layer, which on a CPU costs a small
+    model several times its decode speed; merged, it costs nothing. peft unmerges by itself
+    while the adapter is disabled. Only float32 weights are merged: merging and unmerging
+    half-precision weights over and over would let rounding drift into the base.
+    """
+    import torch
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    if not spec["adapter"]:
+        return contextlib.nullcontext()
+    if not spec["use_adapter"]:
+        return model.disable_adapter()
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    if dtype == torch.float32 and layers and not all(m.merged for m in layers):
+        model.merge_adapter()
+    return contextlib.nullcontext()
+
+
+def generation_options(model: Any, tokenizer: Any, sampling: dict[str, Any]) -> dict[str, Any]:
+    """`model.generate` arguments; temperature 0 is greedy decoding."""
+    greedy = sampling["temperature"] == 0
+    options: dict[str, Any] = {
+        "max_new_tokens": sampling["max_new_tokens"],
+        "do_sample": not greedy,
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": stop_ids(model, tokenizer),
+    }
+    if not greedy:
+        options.update(temperature=sampling["temperature"], top_p=sampling["top_p"])
+    return options
+
+
+def generate(models: Models, request: dict[str, Any], channel: Channel) -> list[str]:
+    """Replies to the request's conversations, in order, in batches of BATCH_SIZE."""
+    import torch
+
+    spec = request["model"]
+    model, tokenizer = models.get(spec)
+    options = generation_options(model, tokenizer, request["sampling"])
+    prompts = [
+        tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False)
+        for c in request["conversations"]
+    ]
+    # Similar lengths share a batch, so little of it is padding; replies go back in order.
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    stream = bool(request.get("stream")) and len(prompts) == 1
+    replies: list[str] = [""] * len(prompts)
+    for start in range(0, len(order), BATCH_SIZE):
+        chunk = order[start : start + BATCH_SIZE]
+        inputs = tokenizer(
+            [prompts[i] for i in chunk], return_tensors="pt", padding=True, add_special_tokens=False
+        ).to(models.device)
+        streamer = make_streamer(tokenizer, channel, request["id"], stream)
+        with (
+            torch.inference_mode(),
+            adapter_mode(model, spec, models.dtype),
+        ):
+            output = model.generate(**inputs, **options, streamer=streamer)
+        new_tokens = output[:, inputs["input_ids"].shape[1] :]
+        for i, text in zip(
+            chunk, tokenizer.batch_decode(new_tokens, skip_special_tokens=True), strict=True
+        ):
+            replies[i] = text.strip()
+    return replies
+
+
+def describe(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}".strip()
+    if "out of memory" in text.lower():
+        return (
+            "The model ran out of memory: lower max_new_tokens, send fewer prompts at once, "
+            f"or use a smaller model or dtype. ({text})"
+        )
+    return text
+
+
+def serve(channel: Channel, models: Models) -> None:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        rid = request.get("id")
+        try:
+            if request.get("op") == "status":
+                channel.send({"id": rid, "event": "done", "status": models.status()})
+            elif request.get("op") == "generate":
+                texts = generate(models, request, channel)
+                channel.send({"id": rid, "event": "done", "texts": texts})
+            else:
+                channel.send(
+                    {"id": rid, "event": "error", "error": f"unknown op {request.get('op')!r}"}
+                )
+        except Exception as e:  # the worker lives on; the caller gets the reason
+            print(f"request {rid} failed", file=sys.stderr)
+            traceback.print_exc()
+            channel.send({"id": rid, "event": "error", "error": describe(e)})
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="dragonfarm's local inference worker")
+    parser.add_argument("--device", default="auto", choices=["auto", "cuda", "mps", "cpu"])
+    parser.add_argument(
+        "--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"]
+    )
+    args = parser.parse_args(argv)
+    channel = Channel()
+    device, dtype = pick_device(args.device, args.dtype)
+    models = Models(device, dtype)
+    channel.send({"event": "ready", **models.status()})
+    serve(channel, models)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""`dragonfarm serve`: a run or model as an OpenAI-compatible chat-completions API.
+
+    dragonfarm serve RUN_OR_MODEL [--host 127.0.0.1] [--port 8000] [--name NAME] [--base]
+
+Then any OpenAI client talks to it, `dragon.backend_server` included:
+
+    OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none").chat.completions.create(
+        model=NAME, messages=[{"role": "user", "content": "Hello"}], stream=True)
+
+Routes: `GET /v1/models`, `GET /v1/models/{id}`, `POST /v1/chat/completions` (with and
+without `stream`, server-sent events). Generation goes through the local worker, the same one
+`generate` and `chat` use, so the model is loaded once. There is no authentication: it binds
+to 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from dragonfarm_core.generation import target_for
+from dragonfarm_core.inference.local import backend_local
+from dragonfarm_core.inference.protocol import (
+    Backend,
+    InferenceError,
+    Message,
+    Sampling,
+    check_messages,
+)
+from dragonfarm_core.inference.target import Target
+
+
+def error(
+    status: int, message: str, kind: str = "invalid_request_error", code: str | None = None
+) -> JSONResponse:
+    """An error in OpenAI's shape, which OpenAI clients turn into their own exceptions."""
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": None, "code": code}},
+        status_code=status,
+    )
+
+
+def read_messages(raw: Any) -> list[Message]:
+    """OpenAI messages (text parts joined, "developer" read as system) as training messages."""
+    if not isinstance(raw, list):
+        raise ValueError("messages must be a list.")
+    out = []
+    for i, m in enumerate(raw):
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
+            content = "".join(
+                p.get("text", "")
+                for p in content
+                if isinstance(p, dict) and p.get("type") == "text"
+            )
+        role = m.get("role") if isinstance(m, dict) else None
+        out.append({"role": "system" if role == "developer" else role, "content": content})
+        if out[-1]["role"] not in ("system", "user", "assistant"):
+            raise ValueError(
+                f"messages[{i}] has role {role!r}; this server takes system, user "
+                "and assistant turns (no tools)."
+            )
+    return check_messages(out)
+
+
+def read_sampling(body: dict[str, Any]) -> Sampling:
+    default = Sampling()
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    return Sampling(
+        max_new_tokens=max_tokens or default.max_new_tokens,
+        temperature=default.temperature
+        if body.get("temperature") is None
+        else float(body["temperature"]),
+        top_p=default.top_p if body.get("top_p") is None else float(body["top_p"]),
+    )
+
+
+def read_request(body: Any, name: str) -> tuple[list[Message], Sampling] | JSONResponse:
+    """The conversation and settings of a chat-completions body, or the error to answer."""
+    if not isinstance(body, dict):
+        return error(400, "The request body must be a JSON object.")
+    if body.get("model") != name:
+        message = f"The model {body.get('model')!r} does not exist; this server has {name!r}."
+        return error(404, message, code="model_not_found")
+    if (body.get("n") or 1) != 1:
+        return error(400, "n must be 1: this server returns one choice.")
+    try:
+        return read_messages(body.get("messages")), read_sampling(body)
+    except (ValueError, TypeError) as e:
+        return error(400, str(e))
+
+
+def completion(name: str, text: str) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": name,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+    }
+
+
+def stream(
+    backend: Backend, target: Target, messages: list[Message], sampling: Sampling, name: str
+) -> Iterator[str]:
+    """Server-sent events: a role chunk, a chunk per piece, a stop chunk, then [DONE]."""
+    pieces: queue.Queue[tuple[str, str | None]] = queue.Queue()
+
+    def work() -> None:
+        try:
+            backend.chat(target.spec, messages, sampling, lambda t: pieces.put(("token", t)))
+            pieces.put(("done", None))
+        except Exception as e:  # reported to the client in the stream
+            pieces.put(("error", str(e)))
+
+    threading.Thread(target=work, daemon=True, name="dragonfarm-serve-stream").start()
+    base = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": name,
+    }
+
+    def chunk(delta: dict[str, str], finish: str | None = None) -> str:
+        body = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    yield chunk({"role": "assistant", "content": ""})
+    while True:
+        kind, value = pieces.get()
+        if kind == "token":
+            yield chunk({"content": value or ""})
+            continue
+        if kind == "done":
+            yield chunk({}, "stop")
+        else:
+            yield f"data: {json.dumps({'error': {'message': value, 'type': 'server_error'}})}\n\n"
+        break
+    yield "data: [DONE]\n\n"
+
+
+def build_app(
+    x: Any, backend: Backend | None = None, name: str | None = None, base: bool = False
+) -> FastAPI:
+    """The API for one run or model; `name` is the model id clients pass (default: its name)."""
+    backend = backend or backend_local()
+    target = target_for(x, base, backend)
+    name = name or target.name
+    app = FastAPI(title=f"dragonfarm: {name}", docs_url=None, redoc_url=None)
+    card = {"id": name, "object": "model", "created": int(time.time()), "owned_by": "dragonfarm"}
+
+    @app.get("/v1/models")
+    def list_models() -> dict[str, Any]:
+        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models/{model_id:path}", response_model=None)
+    def get_model(model_id: str) -> dict[str, Any] | JSONResponse:
+        if model_id != name:
+            return error(
+                404,
+                f"The model {model_id!r} does not exist; this server has {name!r}.",
+                code="model_not_found",
+            )
+        return card
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(request: Request) -> Any:
+        try:
+            body = await request.json()
+        except ValueError:
+            return error(400, "The request body is not JSON.")
+        checked = read_request(body, name)
+        if isinstance(checked, JSONResponse):
+            return checked
+        messages, sampling = checked
+        if body.get("stream"):
+            return StreamingResponse(
+                stream(backend, target, messages, sampling, name), media_type="text/event-stream"
+            )
+        return await _complete(backend, target, messages, sampling, name)
+
+    return app
+
+
+async def _complete(
+    backend: Backend, target: Target, messages: list[Message], sampling: Sampling, name: str
+) -> Any:
+    from starlette.concurrency import run_in_threadpool
+
+    try:
+        text = await run_in_threadpool(backend.chat, target.spec, messages, sampling)
+    except InferenceError as e:
+        return error(500, str(e), kind="server_error")
+    return completion(name, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dragonfarm serve", description=__doc__.splitlines()[0])
+    parser.add_argument("model", help="a run directory, a model id or a model folder")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--name", default=None, help="model id clients pass (default: its name)")
+    parser.add_argument("--base", action="store_true", help="serve a run's base model")
+    args = parser.parse_args(argv)
+    import uvicorn
+
+    try:
+        app = build_app(args.model, name=args.name, base=args.base)
+    except (ValueError, OSError, TypeError) as e:
+        print(f"dragonfarm serve: {e}", file=sys.stderr)
+        return 2
+    served = app.title.removeprefix("dragonfarm: ")
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(
+            f"Warning: {args.host} is reachable from other machines and this API has no "
+            "authentication.",
+            file=sys.stderr,
+        )
+    print(
+        f"Serving {served!r} at http://{args.host}:{args.port}/v1 (OpenAI-compatible). "
+        "Ctrl+C stops.",
+        flush=True,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
