@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import shutil
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,10 +25,11 @@ import pandas as pd
 
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.rewards import Reward, RewardErrors, assign_names, reward_names, score
-from dragonfarm_core.runs import create, files, launch, queue
+from dragonfarm_core.runs import files
 from dragonfarm_core.runs.run import Run
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from dragonfarm_core.trainers.config import extra_args
+from dragonfarm_core.training import start_training
 
 DEFAULT_LORA, DEFAULT_HARDWARE = Lora(), Hardware()
 # The manual's defaults for GRPO: a small learning rate, one pass, a checkpoint every 20 steps.
@@ -194,18 +194,23 @@ def reinforce(
                 f"TrainArgs.max_seq_len ({args.max_seq_len}) must leave room for the prompt "
                 f"besides max_new_tokens ({max_new_tokens}); raise it or lower max_new_tokens."
             )
-    queue.max_concurrent()  # a bad DRAGONFARM_MAX_CONCURRENT is reported here, not in a log
-    method_args = {"rewards": [r.to_dict() for r in named], **settings.to_dict()}
-    path = create.create_run("grpo", dataset, model, lora, args, hardware, name, run_dir,
-                             runs_dir, n_samples, revision, trust_remote_code, method_args)  # fmt: skip
-    try:
-        _store_rewards(path, named)
-    except BaseException:
-        shutil.rmtree(path, ignore_errors=True)  # never leave half a run behind
-        raise
-    launch.start_run(path)
-    run = Run(path)
-    return run.wait() if wait else run
+    return start_training(
+        "grpo",
+        dataset,
+        model,
+        lora=lora,
+        args=args,
+        hardware=hardware,
+        name=name,
+        run_dir=run_dir,
+        runs_dir=runs_dir,
+        n_samples=n_samples,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+        method_args={"rewards": [r.to_dict() for r in named], **settings.to_dict()},
+        prepare=lambda path: _store_rewards(path, named),
+        wait=wait,
+    )
 
 
 def _prompt_items(prompts: Any, rewards: list[Reward], max_prompts: int) -> list[dict[str, Any]]:

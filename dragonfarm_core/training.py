@@ -12,6 +12,9 @@ method, which prefer() and reinforce() use too.
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -39,9 +42,14 @@ def start_training(
     revision: str | None = None,
     trust_remote_code: bool = False,
     method_args: dict[str, Any] | None = None,
+    prepare: Callable[[Path], None] | None = None,
     wait: bool = False,
 ) -> Run:
-    """Create a run of `method`, launch it, and return it (finished, if `wait`)."""
+    """Create a run of `method`, launch it, and return it (finished, if `wait`).
+
+    `prepare(run_dir)` runs between writing the run and launching it (reinforce() copies its
+    custom reward files in); if it raises, the half-made run directory is removed.
+    """
     queue.max_concurrent()  # a bad DRAGONFARM_MAX_CONCURRENT is reported here, not in a log
     path = create.create_run(
         method,
@@ -58,6 +66,12 @@ def start_training(
         trust_remote_code,
         method_args,
     )
+    if prepare is not None:
+        try:
+            prepare(path)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)  # never leave half a run behind
+            raise
     launch.start_run(path)
     run = Run(path)
     return run.wait() if wait else run

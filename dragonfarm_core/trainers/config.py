@@ -43,7 +43,7 @@ class ExtraArgs:
         metadata={"help": "Clip the gradient norm to this value; 0 turns clipping off."},
     )
     sample_max_new_tokens: int = field(
-        default=128, metadata={"help": "Tokens generated per held-out prompt for samples.json."}
+        default=256, metadata={"help": "Tokens generated per held-out prompt for samples.json."}
     )
 
     def __post_init__(self) -> None:

@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from dragonfarm_core.runs import files
-from dragonfarm_core.trainers import checkpoint, modeling, pref_data
-from dragonfarm_core.trainers.batching import StepPlan, grouped_batches, plan_steps
+from dragonfarm_core.trainers import checkpoint, lifecycle, modeling, pref_data
+from dragonfarm_core.trainers.batching import StepPlan, grouped_batches
 from dragonfarm_core.trainers.common import (
     RunReporter,
     Stopwatch,
@@ -38,7 +38,7 @@ from dragonfarm_core.trainers.common import (
     resolve_placement,
 )
 from dragonfarm_core.trainers.config import TrainConfig, load_config
-from dragonfarm_core.trainers.optim import Optimization, build_optimization
+from dragonfarm_core.trainers.optim import Optimization
 from dragonfarm_core.trainers.pref_data import EncodedPairs, PairScores, Score
 
 
@@ -142,39 +142,21 @@ def train_preference(run_dir: str | os.PathLike[str], score_fn: Callable[..., Pa
         held_out = pref_data.encode_pairs(tokenizer, eval_pairs, args.max_seq_len)
         pad_id = tokenizer.pad_token_id
 
-        quantized = config.hardware.load_in_4bit
-        model = modeling.load_model(config.model, placement, quantized)
-        model = modeling.add_lora(
-            model, config.lora, args.seed, args.gradient_checkpointing, quantized
-        )
-        model.train()
-
-        plan = plan_steps(len(train), args.batch_size, args.grad_accum, args.epochs, args.max_steps)
-        opt = build_optimization(model, args, config.extra, plan.total_steps, placement.dtype)
-        state = checkpoint.resume(run_dir, model, opt, config.raw) or TrainState()
-
-        trainable, total = modeling.count_params(model)
-        report.update(
-            device=str(placement.device), dtype=placement.dtype_name, params_trainable=trainable,
-            params_total=total, step=state.step, total_steps=plan.total_steps,
-            epoch=plan.epoch_at(state.step),
-            truncated_rows=train.truncated_rows + held_out.truncated_rows,
-        )  # fmt: skip
+        truncated = train.truncated_rows + held_out.truncated_rows
+        training = lifecycle.start(run_dir, report, config, placement, len(train), truncated)
+        model, plan, opt, state = training.model, training.plan, training.opt, training.state
         print(
             f"{config.method.upper()} (beta {beta:g}) on {config.model.name}, {placement.device} "
             f"({placement.dtype_name}): {len(train)} pairs, {plan.total_steps} steps, "
-            f"{trainable:,} of {total:,} parameters trainable.",
+            f"{training.trainable:,} of {training.total:,} parameters trainable.",
             flush=True,
         )
 
         cancelled = train_loop(
             run_dir, report, config, model, train, held_out, pad_id, plan, opt, state, score
         )
-        checkpoint.save_adapter(run_dir, model)
-        metrics = state.metrics(state.elapsed_s)
-        if cancelled:
-            print(f"Cancelled after step {state.step}; checkpoint and adapter saved.", flush=True)
-            report.finish("cancelled", metrics=metrics)
+        metrics = lifecycle.stop(run_dir, report, training, cancelled)
+        if metrics is None:
             return "cancelled"
 
         results = pref_data.evaluate_pairs(model, held_out, args.batch_size, pad_id, score)

@@ -118,6 +118,10 @@ def write_eval_and_samples(
     """The end of an SFT run: eval.json from the held-out rows, then samples.json."""
     loss, tokens = eval_loss(model, data.held_out, batch_size, data.pad_id)
     results = eval_metrics(loss, tokens, len(data.held_out), step)
+    # The held-out loss before training, logged at step 0 (kept across resumes).
+    results["start_eval_loss"] = next(
+        (r["eval_loss"] for r in files.read_progress(run_dir) if r.get("step") == 0), None
+    )
     files.write_eval(run_dir, results)
     # Without held-out rows, samples show replies to training prompts, marked as such.
     split = "eval" if data.eval_rows else "train"

@@ -25,9 +25,9 @@ import torch
 from dragonfarm_core.reinforcement import ReinforceArgs
 from dragonfarm_core.rewards import Reward, RewardErrors, reward_names
 from dragonfarm_core.runs import files
-from dragonfarm_core.trainers import checkpoint, modeling
+from dragonfarm_core.trainers import checkpoint, lifecycle, modeling
 from dragonfarm_core.trainers import grpo_rollout as rl
-from dragonfarm_core.trainers.batching import grouped_batches, plan_steps
+from dragonfarm_core.trainers.batching import grouped_batches
 from dragonfarm_core.trainers.common import (
     RunReporter,
     Stopwatch,
@@ -36,7 +36,7 @@ from dragonfarm_core.trainers.common import (
     resolve_placement,
 )
 from dragonfarm_core.trainers.config import TrainConfig, load_config
-from dragonfarm_core.trainers.optim import Optimization, build_optimization
+from dragonfarm_core.trainers.optim import Optimization
 
 
 @dataclass
@@ -208,31 +208,12 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         train_ids, cut_train = rl.encode_prompts(tokenizer, train_rows, budget)
         eval_ids, cut_eval = rl.encode_prompts(tokenizer, eval_rows, budget)
 
-        quantized = config.hardware.load_in_4bit
-        model = modeling.load_model(config.model, placement, quantized)
-        model = modeling.add_lora(
-            model, config.lora, args.seed, args.gradient_checkpointing, quantized
+        training = lifecycle.start(
+            run_dir, report, config, placement, len(train_rows), cut_train + cut_eval
         )
-        model.train()
+        model, plan, opt, state = training.model, training.plan, training.opt, training.state
         stop = rl.stop_ids(model, tokenizer)
         task = Task(train_rows, train_ids, rewards, settings, tokenizer, stop, RewardErrors())
-
-        plan = plan_steps(
-            len(train_rows), args.batch_size, args.grad_accum, args.epochs, args.max_steps
-        )
-        opt = build_optimization(model, args, config.extra, plan.total_steps, placement.dtype)
-        state = checkpoint.resume(run_dir, model, opt, config.raw) or TrainState()
-        trainable, total = modeling.count_params(model)
-        report.update(
-            device=str(placement.device),
-            dtype=placement.dtype_name,
-            params_trainable=trainable,
-            params_total=total,
-            step=state.step,
-            total_steps=plan.total_steps,
-            epoch=plan.epoch_at(state.step),
-            truncated_rows=cut_train + cut_eval,
-        )
         print(
             f"GRPO on {config.model.name} ({placement.device}, {placement.dtype_name}): "
             f"{len(train_rows)} prompts x {settings.group_size} completions, {plan.total_steps} "
@@ -241,11 +222,8 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         )
 
         cancelled = train_loop(run_dir, report, config, model, task, opt, state, plan)
-        checkpoint.save_adapter(run_dir, model)
-        metrics = state.metrics(state.elapsed_s)
-        if cancelled:
-            print(f"Cancelled after step {state.step}; checkpoint and adapter saved.", flush=True)
-            report.finish("cancelled", metrics=metrics)
+        metrics = lifecycle.stop(run_dir, report, training, cancelled)
+        if metrics is None:
             return "cancelled"
         held_out = Task(eval_rows, eval_ids, rewards, settings, tokenizer, stop, RewardErrors())
         batch = args.batch_size * settings.group_size  # as many replies as a training rollout

@@ -17,7 +17,6 @@ log-probabilities are those of the distribution the completions were drawn from.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -25,9 +24,9 @@ from typing import Any
 import torch
 
 from dragonfarm_core.rewards import Reward, RewardErrors, Scores, score
-from dragonfarm_core.runs import files
 from dragonfarm_core.trainers.common import DataError
 from dragonfarm_core.trainers.modeling import lm_head_logits
+from dragonfarm_core.trainers.sft_data import read_rows
 
 ROLES = ("system", "user", "assistant")
 # Added to the group's standard deviation: a group whose rewards are all equal gets advantage 0
@@ -79,24 +78,7 @@ def _check_prompt(record: Any, where: str) -> Prompt:
 
 def read_prompts(run_dir: str | os.PathLike[str], split: str) -> list[Prompt]:
     """The rows of data/<split>.jsonl; a missing eval file means no held-out prompts."""
-    path = files.data_path(run_dir, split)
-    if not path.is_file():
-        if split == "eval":
-            return []
-        raise DataError(f"{path} is missing; the run was not written completely. Recreate it.")
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}, line {n} is not valid JSON ({exc.msg}).") from exc
-            rows.append(_check_prompt(record, f"{path}, line {n}"))
-    if split == "train" and not rows:
-        raise DataError(f"{path} has no prompts to train on.")
-    return rows
+    return [_check_prompt(record, where) for where, record in read_rows(run_dir, split)]
 
 
 def encode_prompts(

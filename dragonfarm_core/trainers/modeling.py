@@ -147,12 +147,14 @@ def lm_head_logits(causal: Any, hidden: torch.Tensor) -> torch.Tensor:
     return logits
 
 
-def label_loss(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
-    """(summed next-token loss over unmasked labels, number of those labels).
+def labelled_logits(
+    model: Any, batch: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logits where a learned token is predicted, those tokens, the (row, position) mask).
 
     Runs the decoder body, gathers the hidden states that predict a learned token, and applies
-    the LM head only there. Sum, not mean: a step divides by its own token count, so
-    gradient accumulation weighs every token equally.
+    the LM head only there: on a small model with a large vocabulary the head is most of the
+    compute, and prompt and padding positions need none of it.
     """
     causal = model.get_base_model()
     hidden = causal.get_decoder()(
@@ -160,6 +162,15 @@ def label_loss(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor
     ).last_hidden_state
     targets = batch["labels"][:, 1:]
     keep = targets != IGNORE
-    logits = lm_head_logits(causal, hidden[:, :-1][keep])
-    loss = F.cross_entropy(logits.float(), targets[keep], reduction="sum")
+    return lm_head_logits(causal, hidden[:, :-1][keep]), targets[keep], keep
+
+
+def label_loss(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """(summed next-token loss over unmasked labels, number of those labels).
+
+    Sum, not mean: a step divides by its own token count, so gradient accumulation weighs
+    every token equally.
+    """
+    logits, targets, keep = labelled_logits(model, batch)
+    loss = F.cross_entropy(logits.float(), targets, reduction="sum")
     return loss, int(keep.sum())

@@ -13,7 +13,6 @@ from those scores alone, so it means the same for DPO and ORPO.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable
@@ -30,8 +29,8 @@ from dragonfarm_core.trainers.batching import collate, sorted_batches
 from dragonfarm_core.trainers.common import DataError, RunReporter
 from dragonfarm_core.trainers.config import TrainConfig
 from dragonfarm_core.trainers.evaluation import generate_samples
-from dragonfarm_core.trainers.modeling import lm_head_logits
-from dragonfarm_core.trainers.sft_data import IGNORE, Encoded
+from dragonfarm_core.trainers.modeling import labelled_logits
+from dragonfarm_core.trainers.sft_data import Encoded, read_rows
 
 Pair = dict[str, list[dict[str, str]]]
 # Columns pairs runs add to progress.jsonl (docs/ARCHITECTURE.md).
@@ -74,36 +73,21 @@ def _check_messages(value: Any, field: str, last_role: str, where: str) -> list[
 
 def read_pairs(run_dir: str | os.PathLike[str], split: str) -> list[Pair]:
     """The pairs of data/<split>.jsonl, checked; a missing eval file means no held-out pairs."""
-    path = files.data_path(run_dir, split)
-    if not path.is_file():
-        if split == "eval":
-            return []
-        raise DataError(f"{path} is missing; the run was not written completely. Recreate it.")
     pairs = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}, line {n}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where} is not valid JSON ({exc.msg}).") from exc
-            if not isinstance(row, dict) or not {"prompt", "chosen", "rejected"} <= row.keys():
-                raise DataError(
-                    f"{where} is not a preference pair; DPO and ORPO need "
-                    '{"prompt": [...], "chosen": [...], "rejected": [...]} rows '
-                    "(map the dataset with .map_pairs())."
-                )
-            pairs.append(
-                {
-                    "prompt": _check_messages(row["prompt"], "prompt", "user", where),
-                    "chosen": _check_messages(row["chosen"], "chosen", "assistant", where),
-                    "rejected": _check_messages(row["rejected"], "rejected", "assistant", where),
-                }
+    for where, row in read_rows(run_dir, split):
+        if not isinstance(row, dict) or not {"prompt", "chosen", "rejected"} <= row.keys():
+            raise DataError(
+                f"{where} is not a preference pair; DPO and ORPO need "
+                '{"prompt": [...], "chosen": [...], "rejected": [...]} rows '
+                "(map the dataset with .map_pairs())."
             )
-    if split == "train" and not pairs:
-        raise DataError(f"{path} has no pairs to train on.")
+        pairs.append(
+            {
+                "prompt": _check_messages(row["prompt"], "prompt", "user", where),
+                "chosen": _check_messages(row["chosen"], "chosen", "assistant", where),
+                "rejected": _check_messages(row["rejected"], "rejected", "assistant", where),
+            }
+        )
     return pairs
 
 
@@ -143,16 +127,10 @@ def reply_logps(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tenso
 
     Like `modeling.label_loss`, the LM head runs only where a reply token is predicted.
     """
-    causal = model.get_base_model()
-    hidden = causal.get_decoder()(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
-    ).last_hidden_state
-    targets = batch["labels"][:, 1:]
-    keep = targets != IGNORE
-    logits = lm_head_logits(causal, hidden[:, :-1][keep]).float()
-    token_logps = -F.cross_entropy(logits, targets[keep], reduction="none")
+    logits, targets, keep = labelled_logits(model, batch)
+    token_logps = -F.cross_entropy(logits.float(), targets, reduction="none")
     rows = keep.nonzero()[:, 0]
-    sums = torch.zeros(len(targets), device=logits.device).index_add(0, rows, token_logps)
+    sums = torch.zeros(len(keep), device=logits.device).index_add(0, rows, token_logps)
     return sums, keep.sum(dim=1)
 
 

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.trainers import checkpoint, evaluation, modeling, sft_data
-from dragonfarm_core.trainers.batching import StepPlan, collate, grouped_batches, plan_steps
+from dragonfarm_core.trainers import checkpoint, evaluation, lifecycle, modeling, sft_data
+from dragonfarm_core.trainers.batching import StepPlan, collate, grouped_batches
 from dragonfarm_core.trainers.common import (
     RunReporter,
     Stopwatch,
@@ -27,7 +27,7 @@ from dragonfarm_core.trainers.common import (
     resolve_placement,
 )
 from dragonfarm_core.trainers.config import TrainConfig, load_config
-from dragonfarm_core.trainers.optim import Optimization, build_optimization
+from dragonfarm_core.trainers.optim import Optimization
 from dragonfarm_core.trainers.sft_data import IGNORE, Encoded, SftData
 
 
@@ -72,6 +72,9 @@ def train_loop(
 
     eval_every = config.extra.eval_steps or max(1, math.ceil(plan.total_steps / 4))
     clock = Stopwatch(state.elapsed_s, state.step)
+    if state.step == 0 and len(data.held_out):  # where the curve starts: the untrained adapter
+        eval_loss, _ = evaluation.eval_loss(model, data.held_out, args.batch_size, data.pad_id)
+        report.progress(step=0, epoch=0.0, eval_loss=eval_loss, elapsed_s=0.0)
     while state.step < plan.total_steps:
         state.step += 1
         step, (epoch, part), lr = state.step, plan.locate(state.step), opt.lr
@@ -121,43 +124,19 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         tokenizer = modeling.load_tokenizer(config.model)
         data = sft_data.load(run_dir, tokenizer, args.max_seq_len)
 
-        quantized = config.hardware.load_in_4bit
-        model = modeling.load_model(config.model, placement, quantized)
-        model = modeling.add_lora(
-            model, config.lora, args.seed, args.gradient_checkpointing, quantized
-        )
-        model.train()
-
-        plan = plan_steps(
-            len(data.train), args.batch_size, args.grad_accum, args.epochs, args.max_steps
-        )
-        opt = build_optimization(model, args, config.extra, plan.total_steps, placement.dtype)
-        state = checkpoint.resume(run_dir, model, opt, config.raw) or TrainState()
-
-        trainable, total = modeling.count_params(model)
-        report.update(
-            device=str(placement.device),
-            dtype=placement.dtype_name,
-            params_trainable=trainable,
-            params_total=total,
-            step=state.step,
-            total_steps=plan.total_steps,
-            epoch=plan.epoch_at(state.step),
-            truncated_rows=data.train.truncated_rows + data.held_out.truncated_rows,
-        )
+        truncated = data.train.truncated_rows + data.held_out.truncated_rows
+        training = lifecycle.start(run_dir, report, config, placement, len(data.train), truncated)
+        model, plan, opt, state = training.model, training.plan, training.opt, training.state
         print(
             f"Training {config.model.name} on {placement.device} ({placement.dtype_name}): "
-            f"{len(data.train)} rows, {plan.total_steps} steps, {trainable:,} of {total:,} "
-            "parameters trainable.",
+            f"{len(data.train)} rows, {plan.total_steps} steps, "
+            f"{training.trainable:,} of {training.total:,} parameters trainable.",
             flush=True,
         )
 
         cancelled = train_loop(run_dir, report, config, model, data, plan, opt, state)
-        checkpoint.save_adapter(run_dir, model)
-        metrics = state.metrics(state.elapsed_s)
-        if cancelled:
-            print(f"Cancelled after step {state.step}; checkpoint and adapter saved.", flush=True)
-            report.finish("cancelled", metrics=metrics)
+        metrics = lifecycle.stop(run_dir, report, training, cancelled)
+        if metrics is None:
             return "cancelled"
 
         results = evaluation.write_eval_and_samples(
@@ -177,6 +156,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
                 elapsed_s=round(state.elapsed_s, 2),
             )
         metrics.update({k: results[k] for k in ("eval_loss", "perplexity", "eval_tokens")})
+        metrics["start_eval_loss"] = results.get("start_eval_loss")
         report.finish("succeeded", metrics=metrics)
         print(
             f"Done: train loss {metrics['train_loss']:.4f}, eval loss {results['eval_loss']}.",

@@ -70,16 +70,16 @@ def _check_messages(messages: Any, where: str) -> list[dict[str, str]]:
     return messages
 
 
-def read_conversations(run_dir: str | os.PathLike[str], split: str) -> list[list[dict[str, str]]]:
-    """The message lists of data/<split>.jsonl; a missing eval file means no held-out rows."""
+def read_rows(run_dir: str | os.PathLike[str], split: str) -> list[tuple[str, Any]]:
+    """(where, parsed JSON) for each line of data/<split>.jsonl; no eval file means no rows.
+
+    `where` ("<path>, line N") starts every error message about that row.
+    """
     path = files.data_path(run_dir, split)
     if not path.is_file():
         if split == "eval":
             return []
-        raise DataError(
-            f"{path} is missing; the run was not written completely. "
-            "Recreate it with dragon.train()."
-        )
+        raise DataError(f"{path} is missing; the run was not written completely. Recreate the run.")
     rows = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
@@ -87,16 +87,23 @@ def read_conversations(run_dir: str | os.PathLike[str], split: str) -> list[list
                 continue
             where = f"{path}, line {n}"
             try:
-                record = json.loads(line)
+                rows.append((where, json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise DataError(f"{where} is not valid JSON ({exc.msg}).") from exc
-            if not isinstance(record, dict) or "messages" not in record:
-                raise DataError(
-                    f"{where} has no 'messages' field; SFT needs {{\"messages\": [...]}} rows."
-                )
-            rows.append(_check_messages(record["messages"], where))
     if split == "train" and not rows:
         raise DataError(f"{path} has no rows to train on.")
+    return rows
+
+
+def read_conversations(run_dir: str | os.PathLike[str], split: str) -> list[list[dict[str, str]]]:
+    """The message lists of data/<split>.jsonl; a missing eval file means no held-out rows."""
+    rows = []
+    for where, record in read_rows(run_dir, split):
+        if not isinstance(record, dict) or "messages" not in record:
+            raise DataError(
+                f"{where} has no 'messages' field; SFT needs {{\"messages\": [...]}} rows."
+            )
+        rows.append(_check_messages(record["messages"], where))
     return rows
 
 

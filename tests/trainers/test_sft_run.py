@@ -72,12 +72,15 @@ def test_run_writes_and_reads_back_every_file(make_run, model_dir):
     assert train_rows[-1]["loss"] < train_rows[0]["loss"]
     assert all(r["lr"] is not None and r["grad_norm"] > 0 for r in train_rows)
     eval_rows = [r for r in rows if r["eval_loss"] is not None]
-    assert [r["step"] for r in eval_rows] == [3, 6, 9, 10]  # 4 times a run, the last at the end
+    # Step 0 is the untrained adapter (the base model's loss), then 4 times a run and the end.
+    assert [r["step"] for r in eval_rows] == [0, 3, 6, 9, 10]
     assert eval_rows[-1]["eval_loss"] == pytest.approx(metrics["eval_loss"])
+    assert eval_rows[0]["eval_loss"] > eval_rows[-1]["eval_loss"]
 
     evaluation = files.read_eval(run_dir)
     assert evaluation["eval_loss"] == pytest.approx(metrics["eval_loss"])
     assert evaluation["eval_tokens"] > 0 and evaluation["eval_rows"] == 6
+    assert evaluation["start_eval_loss"] == eval_rows[0]["eval_loss"] == metrics["start_eval_loss"]
     samples = files.read_samples(run_dir)
     assert len(samples) == 3
     eval_data = files.read_jsonl(files.data_path(run_dir, "eval"))
@@ -169,6 +172,7 @@ def test_without_held_out_rows_samples_come_from_training_rows(make_run, model_d
         "eval_tokens": 0,
         "eval_rows": 0,
         "step": 2,
+        "start_eval_loss": None,
     }
     assert all(r["eval_loss"] is None for r in files.read_progress(run_dir))
     samples = files.read_samples(run_dir)

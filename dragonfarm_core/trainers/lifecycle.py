@@ -1,0 +1,77 @@
+"""The start and the end every trainer shares (SFT, DPO/ORPO, GRPO).
+
+    training = lifecycle.start(run_dir, report, config, placement, n_rows, truncated_rows)
+    cancelled = train_loop(..., training.model, training.opt, training.state, training.plan)
+    metrics = lifecycle.stop(run_dir, report, training, cancelled)
+    if metrics is None:        # cancelled: adapter and checkpoint saved, status written
+        return "cancelled"
+
+`start` loads the frozen base, adds a fresh LoRA adapter, plans the steps, builds the optimizer
+and picks up a complete checkpoint if the run has one, then records device, dtype, parameter
+counts and the step plan in status.json. Each trainer keeps its own data, loop and evaluation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dragonfarm_core.trainers import checkpoint, modeling
+from dragonfarm_core.trainers.batching import StepPlan, plan_steps
+from dragonfarm_core.trainers.common import Placement, RunReporter, TrainState
+from dragonfarm_core.trainers.config import TrainConfig
+from dragonfarm_core.trainers.optim import Optimization, build_optimization
+
+
+@dataclass
+class Training:
+    model: Any
+    plan: StepPlan
+    opt: Optimization
+    state: TrainState
+    trainable: int
+    total: int
+
+
+def start(
+    run_dir: Path,
+    report: RunReporter,
+    config: TrainConfig,
+    placement: Placement,
+    n_rows: int,
+    truncated_rows: int,
+) -> Training:
+    """Model with a new adapter, step plan, optimizer, and the state to continue from."""
+    args, quantized = config.args, config.hardware.load_in_4bit
+    model = modeling.load_model(config.model, placement, quantized)
+    model = modeling.add_lora(model, config.lora, args.seed, args.gradient_checkpointing, quantized)
+    model.train()
+    plan = plan_steps(n_rows, args.batch_size, args.grad_accum, args.epochs, args.max_steps)
+    opt = build_optimization(model, args, config.extra, plan.total_steps, placement.dtype)
+    state = checkpoint.resume(run_dir, model, opt, config.raw) or TrainState()
+    trainable, total = modeling.count_params(model)
+    report.update(
+        device=str(placement.device),
+        dtype=placement.dtype_name,
+        params_trainable=trainable,
+        params_total=total,
+        step=state.step,
+        total_steps=plan.total_steps,
+        epoch=plan.epoch_at(state.step),
+        truncated_rows=truncated_rows,
+    )
+    return Training(model, plan, opt, state, trainable, total)
+
+
+def stop(
+    run_dir: Path, report: RunReporter, training: Training, cancelled: bool
+) -> dict[str, Any] | None:
+    """Save the adapter; the training metrics, or None once a cancelled run is recorded."""
+    checkpoint.save_adapter(run_dir, training.model)
+    metrics = training.state.metrics(training.state.elapsed_s)
+    if not cancelled:
+        return metrics
+    print(f"Cancelled after step {training.state.step}; checkpoint and adapter saved.", flush=True)
+    report.finish("cancelled", metrics=metrics)
+    return None
