@@ -239,7 +239,15 @@ def checkpoint_dir(run_dir: str | os.PathLike[str], step: int) -> Path:
 
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
-    return (Path(path) / CONFIG).is_file()
+    """A folder whose config.json is a run's (a model folder has a config.json too)."""
+    path = Path(path) / CONFIG
+    if not path.is_file():
+        return False
+    try:
+        config = read_json(path)
+    except (OSError, ValueError):  # unreadable: not listed as a run, left as it is
+        return False
+    return isinstance(config, dict) and "method" in config and "schema" in config
 
 
 # --- Added for the launcher and resume. ---

@@ -22,7 +22,9 @@ def make_run(tmp_path, model_dir, adapters=(), trained=True, name="20260101-0000
     files.write_config(
         run_dir,
         {
+            "schema": 1,
             "id": name,
+            "method": "sft",
             "model": {
                 "name": "base",
                 "base": str(model_dir),
