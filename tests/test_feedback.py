@@ -141,3 +141,28 @@ def test_bad_events_are_refused(tmp_path):
         edit(tmp_path, [ASK], "x", "")
     with pytest.raises(ValueError, match="label"):
         feedback(tmp_path, label="///")
+
+
+@pytest.mark.slow
+def test_feedback_datasets_train_an_sft_run_and_a_dpo_run(tmp_path):
+    """The loop closes: ratings and edits become an SFT run and a DPO run on the bundled model."""
+    import dragonfarm_core as dragon
+
+    asks = [{"role": "user", "content": f"Order {n} arrived damaged."} for n in range(4)]
+    for ask in asks:
+        rate(tmp_path, [ask], "Not our problem.", "down")
+        edit(tmp_path, [ask], "Not our problem.", "So sorry; a replacement ships today.")
+    fb = feedback(tmp_path)
+    assert len(fb.sft.records()) == 4 and len(fb.pairs.records()) == 4
+
+    args = dragon.TrainArgs(max_steps=2, batch_size=2, max_seq_len=64)
+    cpu = dragon.Hardware(device="cpu")
+    sft = dragon.train(fb.sft, "dragonfarm/tiny-support", args=args, hardware=cpu,
+                       runs_dir=tmp_path, n_samples=1, wait=True)  # fmt: skip
+    dpo = dragon.prefer(fb.pairs, sft, args=args, hardware=cpu, runs_dir=tmp_path,
+                        n_samples=1, wait=True)  # fmt: skip
+    assert sft.status()["state"] == dpo.status()["state"] == "succeeded"
+    assert files.read_config(dpo.dir)["continued_from"] == str(sft.dir)
+    assert files.read_samples(dpo.dir)[0]["rejected"] == "Not our problem."
+    # Both runs name their data by file, so dragon.code() reproduces them.
+    assert "sft-" in dragon.code(sft) and "pairs-" in dragon.code(dpo)
