@@ -1,11 +1,15 @@
-"""Pure drawing for the Monitor tab: the loss chart (plotly) and the progress bar (HTML).
+"""Pure drawing for the Monitor tab: the training curves (plotly) and the progress bar (HTML).
 
 Like `present.py`, nothing here calls the API or touches Gradio: progress rows in, figures out.
+Each method has its own curves, read from the columns its trainer writes to progress.jsonl:
+loss for every method; preference accuracy and reward margin for DPO and ORPO; the mean reward
+(total and per reward) and the KL divergence for GRPO.
 """
 
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -14,6 +18,83 @@ from plotly.subplots import make_subplots
 from ui.present import duration_text
 
 LOSS_COLOUR, EVAL_COLOUR, LR_COLOUR = "#059669", "#d97706", "#6366f1"
+KL_COLOUR = "#db2777"
+# One colour per reward of a GRPO run, after the total's.
+REWARD_COLOURS = ("#0284c7", "#7c3aed", "#ca8a04", "#dc2626", "#0d9488", "#9333ea", "#65a30d")
+EVAL_LINE = {"color": EVAL_COLOUR, "dash": "dot"}
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One trace: a progress column, its legend name, its line style and marker size."""
+
+    column: str
+    name: str
+    line: dict[str, str]
+    marker: int = 4
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One subplot: its y-axis title, its curves, and its share of the height."""
+
+    title: str
+    curves: tuple[Curve, ...]
+    height: float = 1.0
+
+
+LOSS = Panel(
+    "loss",
+    (Curve("loss", "loss", {"color": LOSS_COLOUR}), Curve("eval_loss", "eval loss", EVAL_LINE, 7)),
+    2.6,
+)
+LR = Panel("lr", (Curve("lr", "learning rate", {"color": LR_COLOUR}, 0),))
+PREFERENCE = (
+    Panel(
+        "pref. accuracy",
+        (
+            Curve("pref_acc", "preference accuracy", {"color": REWARD_COLOURS[0]}),
+            Curve("eval_pref_acc", "eval preference accuracy", EVAL_LINE, 7),
+        ),
+        1.6,
+    ),
+    Panel(
+        "reward margin",
+        (
+            Curve("reward_margin", "reward margin", {"color": REWARD_COLOURS[1]}),
+            Curve("eval_reward_margin", "eval reward margin", EVAL_LINE, 7),
+        ),
+        1.6,
+    ),
+)
+
+
+def reward_columns(progress: pd.DataFrame) -> list[str]:
+    """A GRPO run's per-reward columns (reward_<name>), in the order the trainer wrote them."""
+    return [str(c) for c in progress.columns if str(c).startswith("reward_")]
+
+
+def method_panels(method: str | None, progress: pd.DataFrame) -> list[Panel]:
+    """The subplots for a run of `method`; the first curve of the first panel is its headline."""
+    if method in ("dpo", "orpo"):
+        return [LOSS, *PREFERENCE, LR]
+    if method == "grpo":
+        per_reward = tuple(
+            Curve(
+                c,
+                c.removeprefix("reward_") + " reward",
+                {"color": REWARD_COLOURS[1 + i % (len(REWARD_COLOURS) - 1)], "dash": "dash"},
+            )
+            for i, c in enumerate(reward_columns(progress))
+        )
+        total = Curve("reward", "reward (total)", {"color": REWARD_COLOURS[0]}, 6)
+        return [
+            Panel("mean reward", (total, *per_reward), 2.6),
+            Panel("KL", (Curve("kl", "KL to the start model", {"color": KL_COLOUR}),)),
+            Panel("loss", (Curve("loss", "loss", {"color": LOSS_COLOUR}),)),
+            LR,
+        ]
+    return [LOSS, LR]
 
 
 def _series(progress: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -29,36 +110,40 @@ def _xy(rows: pd.DataFrame, column: str) -> dict[str, list[float]]:
     return {"x": rows["step"].tolist(), "y": rows[column].tolist()}
 
 
-def loss_figure(progress: pd.DataFrame) -> go.Figure:
-    """Training loss and eval loss over steps (top), the learning rate (bottom)."""
+def progress_figure(progress: pd.DataFrame, method: str | None = "sft") -> go.Figure:
+    """The method's curves over steps, one subplot per panel, the learning rate at the bottom."""
+    panels = method_panels(method, progress)
+    total = sum(p.height for p in panels)
     fig = make_subplots(
-        rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.06
+        rows=len(panels),
+        cols=1,
+        shared_xaxes=True,
+        row_heights=[p.height / total for p in panels],
+        vertical_spacing=0.12 / len(panels),
     )
-    traces = [
-        ("loss", "loss", 1, {"color": LOSS_COLOUR}, 4),
-        ("eval_loss", "eval loss", 1, {"color": EVAL_COLOUR, "dash": "dot"}, 7),
-        ("lr", "learning rate", 2, {"color": LR_COLOUR}, 0),
-    ]
-    for column, name, row, line, marker in traces:
-        mode = "lines+markers" if marker else "lines"
-        points = _xy(_series(progress, column), column)
-        scatter = go.Scatter(**points, name=name, mode=mode, line=line, marker={"size": marker})
-        fig.add_trace(scatter, row=row, col=1)
-    fig.update_yaxes(title_text="loss", row=1, col=1)
-    fig.update_yaxes(title_text="lr", exponentformat="e", rangemode="tozero", row=2, col=1)
-    fig.update_xaxes(title_text="step", row=2, col=1)
+    for row, panel in enumerate(panels, start=1):
+        for curve in panel.curves:
+            mode = "lines+markers" if curve.marker else "lines"
+            points = _xy(_series(progress, curve.column), curve.column)
+            scatter = go.Scatter(
+                **points, name=curve.name, mode=mode, line=curve.line, marker={"size": curve.marker}
+            )
+            fig.add_trace(scatter, row=row, col=1)
+        fig.update_yaxes(title_text=panel.title, row=row, col=1)
+    fig.update_yaxes(exponentformat="e", rangemode="tozero", row=len(panels), col=1)
+    fig.update_xaxes(title_text="step", row=len(panels), col=1)
     fig.update_layout(
-        height=420,
-        margin={"l": 60, "r": 20, "t": 30, "b": 40},
+        height=300 + 60 * len(panels),
+        margin={"l": 70, "r": 20, "t": 30, "b": 40},
         # Top right: Gradio puts the plot's label over the top left corner.
-        legend={"orientation": "h", "y": 1.08, "x": 1, "xanchor": "right"},
+        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
         hovermode="x unified",
         template="plotly_white",
     )
-    if not any(len(trace.x) for trace in fig.data[:2]):
+    if not any(len(trace.x) for trace in fig.data[: len(panels[0].curves)]):
         fig.add_annotation(
             text="Waiting for the first logged step…", showarrow=False, xref="paper",
-            yref="paper", x=0.5, y=0.7, font={"color": "#6b7280"},
+            yref="paper", x=0.5, y=0.8, font={"color": "#6b7280"},
         )  # fmt: skip
     return fig
 

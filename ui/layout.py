@@ -13,9 +13,9 @@ import gradio as gr
 
 from dragonfarm_core.runs.files import UPLOADS_DIR
 from ui.context import app_runs_dir, get_profile, new_context
-from ui.tabs import data, mapping, model, monitor, runs, train
+from ui.tabs import chat, data, evaluate, feedback, mapping, model, monitor, runs, train
 
-TABS = (data, mapping, model, train, monitor, runs)
+TABS = (data, mapping, model, train, monitor, evaluate, chat, feedback, runs)
 THEME = gr.themes.Soft(primary_hue="emerald", neutral_hue="slate")
 HEADER = "## dragonfarm\nData in, columns mapped, model picked, trained, tried, improved."
 

@@ -236,3 +236,140 @@ def settings_call(settings: Any) -> str | None:
         if f.name != "extra" and getattr(settings, f.name) != getattr(default, f.name)
     ]
     return f"dragon.{cls.__name__}({', '.join(parts)})" if parts else None
+
+
+def reward_settings_text(reward: Any) -> str:
+    """A reward's own settings, e.g. 'pattern="^T-", case_sensitive=True' ('' for none)."""
+    skip = {"type", "weight", "name"}
+    parts = [
+        f"{f.name}={literal(v) if isinstance(v, str) else repr(v)}"
+        for f in dataclasses.fields(reward)
+        if f.name not in skip and (v := getattr(reward, f.name)) != f.default
+    ]
+    return ", ".join(parts)
+
+
+def rewards_table(rewards: Sequence[Any], names: Sequence[str]) -> pd.DataFrame:
+    """The rewards a GRPO run will use: the name its progress column gets, type, weight."""
+    return pd.DataFrame(
+        [
+            [name, r.type, r.weight, reward_settings_text(r)]
+            for r, name in zip(rewards, names, strict=True)
+        ],
+        columns=["name", "type", "weight", "settings"],
+    )
+
+
+def dry_run_markdown(table: pd.DataFrame, names: Sequence[str], warned: Sequence[str]) -> str:
+    """What a reward dry run says: the mean of each reward and of the total, and how many
+    prompts gave every completion the same total (GRPO learns nothing from those)."""
+    if table.empty:
+        return "No completions were scored."
+    means = ", ".join(f"{name} {table[name].mean():.3g}" for name in [*names, "total"])
+    groups = table.groupby("prompt", sort=False)["total"]
+    flat = int((groups.nunique() <= 1).sum())
+    lines = [f"**Mean scores** over {len(table)} completions: {means}."]
+    if flat:
+        lines.append(
+            f"{flat} of {groups.ngroups} prompts gave all their completions the same total: "
+            "GRPO learns only from differences within a group, so those prompts teach nothing. "
+            "A higher temperature, a larger group or a reward with partial credit helps."
+        )
+    lines += [f"Warning: {w}" for w in warned]
+    return "  \n".join(lines)
+
+
+# What evaluate()'s results are called on screen; other keys are shown as they are.
+MEASURES = {
+    "eval_loss": "eval loss",
+    "perplexity": "perplexity",
+    "eval_tokens": "held-out tokens",
+    "eval_rows": "held-out rows",
+    "pref_accuracy": "preference accuracy",
+    "reward_margin": "reward margin",
+    "eval_pairs": "held-out pairs",
+    "reward": "mean reward (total)",
+    "eval_prompts": "held-out prompts",
+}
+
+
+def evaluation_table(results: dict[str, Any]) -> pd.DataFrame:
+    """eval.json as (measure, value) rows; a GRPO run's rewards also show the start model's
+    score (start_reward...) beside them, so the table says whether training helped."""
+    rows = []
+    for key, value in results.items():
+        if key == "step" or key.startswith("start_") or not (_is_number(value) or value is None):
+            continue
+        name = MEASURES.get(key) or (
+            f"mean reward {key.removeprefix('reward_')}" if key.startswith("reward_") else key
+        )
+        start = f"start_{key}"
+        before = _number_text(results[start]) if start in results else ""
+        rows.append([name, _number_text(value), before])
+    table = pd.DataFrame(rows, columns=["measure", "value", "model it started from"])
+    has_start = any(key.startswith("start_") for key in results)
+    return table if has_start else table.drop(columns="model it started from")
+
+
+def _number_text(value: Any) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "n/a"
+    return f"{value:,}" if isinstance(value, int) else f"{value:.4g}"
+
+
+def metrics_table(metrics: dict[str, float | None]) -> pd.DataFrame:
+    """Metric means over the samples, 'n/a' where no row could be scored."""
+    return pd.DataFrame(
+        [[name, "n/a" if mean is None else f"{mean:.4g}"] for name, mean in metrics.items()],
+        columns=["metric", "mean over the samples"],
+    )
+
+
+def context_usage_markdown(name: str, usage: Any) -> str:
+    """A chat's context use ('`run`: 312 of 1,024 tokens ...'); empty without a window."""
+    if usage is None:
+        return ""
+    dropped = (
+        f"; the {usage.dropped_turns} oldest messages are left out to fit"
+        if usage.dropped_turns
+        else ""
+    )
+    return (
+        f"**Context** `{name}`: about {usage.tokens:,} of {usage.window:,} tokens used before "
+        f"the next message{dropped}."
+    )
+
+
+FEEDBACK_KINDS = {("rating", "up"): "👍", ("rating", "down"): "👎", ("edit", None): "edited"}
+
+
+def feedback_table(events: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Feedback events, newest first: when, what, who answered, the prompt, reply and edit."""
+
+    def cell(text: Any) -> str:
+        text = "" if text is None else str(text)
+        return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
+
+    rows = []
+    for e in reversed(events):
+        users = [m.get("content", "") for m in e.get("messages") or [] if m.get("role") == "user"]
+        what = FEEDBACK_KINDS.get((e.get("kind"), e.get("verdict")), e.get("kind"))
+        who = Path(e["run"]).name if e.get("run") else e.get("model") or ""
+        time = str(e.get("time") or "")[:19].replace("T", " ")
+        base = " (base)" if e.get("base") and e.get("run") else ""
+        rows.append([time, what, who + base, cell(users[-1] if users else ""),
+                     cell(e.get("reply")), cell(e.get("edited"))])  # fmt: skip
+    return pd.DataFrame(
+        rows, columns=["time", "feedback", "run or model", "prompt", "reply", "edit"]
+    )
+
+
+def feedback_counts(events: Sequence[dict[str, Any]], n_sft: int, n_pairs: int) -> str:
+    """'3 👍 · 1 👎 · 2 edited → 4 SFT rows, 1 preference pair'."""
+    kinds = [FEEDBACK_KINDS.get((e.get("kind"), e.get("verdict"))) for e in events]
+    liked, disliked, edited = (kinds.count(k) for k in ("👍", "👎", "edited"))
+    pairs = f"{n_pairs} preference pair{'' if n_pairs == 1 else 's'}"
+    return (
+        f"**{len(events)} feedback events:** {liked} liked 👍 · {disliked} disliked 👎 · "
+        f"{edited} edited → **{n_sft} SFT row{'' if n_sft == 1 else 's'}**, **{pairs}**"
+    )

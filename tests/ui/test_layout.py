@@ -20,7 +20,7 @@ def test_build_app_has_one_tab_per_module_and_makes_the_uploads_folder(tmp_path:
     assert (
         tabs
         == [tab.TITLE for tab in layout.TABS]
-        == ["Data", "Mapping", "Model", "Train", "Monitor", "Runs"]
+        == ["Data", "Mapping", "Model", "Train", "Monitor", "Evaluate", "Chat", "Feedback", "Runs"]
     )
     assert dragon.app is layout.build_app
 

@@ -1,51 +1,27 @@
 """Monitor tab handlers: what a run shows, ticks that read only after a change (or when a live
 run is due a liveness check), cancel and resume, the run picker.
 
-Trainer processes run tests/fake_trainer.py (DRAGONFARM_TRAINER_MODULE).
+Trainer processes run tests/fake_trainer.py (the `runs_dir` fixture in conftest.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import gradio as gr
-import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.runs import create, files, launch, location
+from dragonfarm_core.runs import create, files
 from ui import present, watch
 from ui.tabs import monitor
 
-TESTS_DIR = Path(__file__).resolve().parents[1]
 SKIP = gr.skip()
 SAMPLES = [{"prompt": "Device 1 reboots", "reference": "Reset it (1).", "generated": "Reset it."}]
-
-
-@pytest.fixture
-def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A runs folder whose trainers are the fake one; none outlives the test."""
-    monkeypatch.setenv("DRAGONFARM_TRAINER_MODULE", "fake_trainer")
-    monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")])
-    )
-    for knob in ("STEPS", "STEP_S", "FAIL_AT", "SAVE_EVERY"):
-        monkeypatch.delenv(f"FAKE_TRAINER_{knob}", raising=False)
-    monkeypatch.delenv(location.ENV_VAR, raising=False)
-    monkeypatch.setattr(location, "_configured", None)
-    root = tmp_path / "runs"
-    root.mkdir()
-    yield root
-    for config in root.rglob(files.CONFIG):
-        status = files.read_status(config.parent)
-        if launch.process_alive(status):
-            os.killpg(status["pid"], 9)
 
 
 @pytest.fixture
@@ -54,13 +30,6 @@ def model(tmp_path: Path) -> str:
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
     return str(folder)
-
-
-@pytest.fixture
-def mapped(tmp_path: Path) -> dragon.Dataset:
-    rows = [{"question": f"Device {i} reboots", "answer": f"Reset it ({i})."} for i in range(24)]
-    pd.DataFrame(rows).to_csv(tmp_path / "tickets.csv", index=False)
-    return dragon.dataset(tmp_path / "tickets.csv").map(prompt="question", response="answer")
 
 
 def view(out: tuple) -> dict:
@@ -184,3 +153,23 @@ def test_the_picker_lists_runs_newest_first_and_defaults_to_the_newest(
     assert monitor.refresh_choices(runs_dir, seen, str(first)) == (SKIP, SKIP)
     assert monitor.select(runs_dir, str(first))["value"] == str(first)
     assert monitor.pick(str(first)) == str(first)
+
+
+def test_a_grpo_run_shows_its_reward_curves(tickets, model, runs_dir: Path):
+    prompts = tickets.map_prompts(prompt="question", reference="answer")
+    rewards = [dragon.reward("contains"), dragon.reward("length", max_chars=40, name="short")]
+    run = dragon.reinforce(prompts, model, rewards, group_size=2, max_new_tokens=16,
+                           runs_dir=runs_dir, wait=True)  # fmt: skip
+    # The real trainer writes these columns (the fake one writes an SFT-like row).
+    for step in (7, 8):
+        files.append_progress(
+            run.dir, {"step": step, "loss": 0.0, "reward": step / 10, "reward_contains": 0.5,
+                      "reward_short": step / 20, "kl": 0.01 * step, "lr": 1e-5},
+        )  # fmt: skip
+    chart = view(monitor.show(str(run.dir)))["chart"]
+    curves = {trace.name: (list(trace.x), list(trace.y)) for trace in chart.data}
+    assert curves["reward (total)"] == ([1, 2, 3, 4, 5, 6, 7, 8], [0.5] * 6 + [0.7, 0.8])
+    assert curves["contains reward"] == ([7, 8], [0.5, 0.5])
+    assert curves["short reward"] == ([7, 8], [0.35, 0.4])
+    assert curves["KL to the start model"] == ([7, 8], [0.07, 0.08])
+    assert "preference accuracy" not in curves

@@ -1,16 +1,18 @@
-"""Train tab handlers: widgets from the settings dataclasses and back, the code preview, Start.
+"""Train tab handlers: widgets from the settings dataclasses and back, the method and the
+mapping it needs, the rewards builder and its dry run, the code preview, Start.
 
-Trainer processes run tests/fake_trainer.py (DRAGONFARM_TRAINER_MODULE), so a run takes well
-under a second and needs no model weights.
+Trainer processes run tests/fake_trainer.py (the `runs_dir` fixture in conftest.py), so a run
+takes well under a second and needs no model weights; the dry run samples from a scripted
+backend that answers like a server.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import functools
+import io
 import json
-import os
-from collections.abc import Iterator
+import sys
 from pathlib import Path
 
 import gradio as gr
@@ -19,33 +21,14 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.runs import files, launch, location
+from dragonfarm_core.reinforcement import ReinforceArgs
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
-from ui import present
+from ui import present, rewards_builder
 from ui.tabs import train
 
-TESTS_DIR = Path(__file__).resolve().parents[1]
 SKIP = gr.skip()
-
-
-@pytest.fixture
-def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A runs folder whose trainers are the fake one; none outlives the test."""
-    monkeypatch.setenv("DRAGONFARM_TRAINER_MODULE", "fake_trainer")
-    monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")])
-    )
-    for knob in ("STEPS", "STEP_S", "FAIL_AT"):
-        monkeypatch.delenv(f"FAKE_TRAINER_{knob}", raising=False)
-    monkeypatch.delenv(location.ENV_VAR, raising=False)
-    monkeypatch.setattr(location, "_configured", None)
-    root = tmp_path / "runs"
-    root.mkdir()
-    yield root
-    for config in root.rglob(files.CONFIG):
-        status = files.read_status(config.parent)
-        if launch.process_alive(status):
-            os.killpg(status["pid"], 9)
+WIDGETS = (*train.SETTINGS, ReinforceArgs)  # the order the tab passes their values
+TICKET = "Reset it [(][0-9]+[)]"
 
 
 @pytest.fixture
@@ -57,30 +40,74 @@ def model(tmp_path: Path) -> ResolvedModel:
 
 
 @pytest.fixture
-def mapped(tmp_path: Path) -> dragon.Dataset:
-    rows = [{"question": f"Device {i} reboots", "answer": f"Reset it ({i})."} for i in range(24)]
-    pd.DataFrame(rows).to_csv(tmp_path / "tickets.csv", index=False)
-    return dragon.dataset(tmp_path / "tickets.csv").map(prompt="question", response="answer")
+def prompts(tickets: dragon.Dataset) -> dragon.Dataset:
+    return tickets.map_prompts(prompt="question", reference="answer")
+
+
+@pytest.fixture
+def pairs(tickets: dragon.Dataset) -> dragon.Dataset:
+    return tickets.map_pairs(
+        prompt="question", chosen="answer", rejected="No idea about {question}."
+    )
+
+
+class ScriptedBackend:
+    """Answers like a server backend: its own model, replies in turn from a script."""
+
+    name, model = "scripted", "scripted-model"
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies, self.calls = replies, []
+
+    def chat(self, model, messages, sampling, on_token=None) -> str:
+        raise AssertionError("test_rewards generates in batches")
+
+    def generate(self, model, conversations, sampling) -> list[str]:
+        self.calls.append((conversations, sampling))
+        return [self.replies[i % len(self.replies)] for i in range(len(conversations))]
 
 
 @functools.cache
 def _defaults() -> tuple:
     with gr.Blocks():
-        widgets = [w for cls in train.SETTINGS for w in train.settings_widgets(cls)]
+        widgets = [w for cls in WIDGETS for w in train.settings_widgets(cls)]
     return tuple(w.value for w in widgets)
 
 
 def default_values() -> list:
-    """What the widgets hold before anyone touches them."""
+    """What the settings widgets (GRPO's last) hold before anyone touches them."""
     return list(_defaults())
 
 
 def with_values(**changes) -> list:
     values = default_values()
-    names = [f.name for cls in train.SETTINGS for f in train.shown_fields(cls)]
+    names = [f.name for cls in WIDGETS for f in train.shown_fields(cls)]
     for name, value in changes.items():
         values[names.index(name)] = value
     return values
+
+
+@functools.cache
+def _reward_defaults() -> tuple:
+    with gr.Blocks():
+        return tuple(w.value for w in rewards_builder.reward_widgets())
+
+
+def reward_values(**changes) -> list:
+    """The rewards builder's type-specific widgets as a person left them."""
+    values = list(_reward_defaults())
+    names = [f.name for f in rewards_builder.REWARD_OPTIONS]
+    for name, value in changes.items():
+        values[names.index(name)] = value
+    return values
+
+
+def run_snippet(code: str) -> dict:
+    """exec a code panel's text in a fresh namespace, as a person pasting it would."""
+    namespace: dict = {"__name__": "__snippet__"}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(code, "<code panel>", "exec"), namespace)
+    return namespace
 
 
 def test_widgets_come_from_the_dataclass_fields():
@@ -107,49 +134,57 @@ def test_widgets_come_from_the_dataclass_fields():
 
 
 def test_widget_values_turn_back_into_the_dataclasses():
-    assert train.read_settings(default_values()) == (Lora(), TrainArgs(), Hardware())
+    assert train.read_settings(default_values()[: train.N_SETTINGS]) == (
+        Lora(),
+        TrainArgs(),
+        Hardware(),
+    )
     values = with_values(
         r=8, target_modules="q_proj, v_proj", max_steps=40, batch_size=2, device="cpu"
     )
-    lora, args, hardware = train.read_settings(values)
+    lora, args, hardware = train.read_settings(values[: train.N_SETTINGS])
     assert lora == Lora(r=8, target_modules=("q_proj", "v_proj"))
     assert args == TrainArgs(max_steps=40, batch_size=2)
     assert hardware == Hardware(device="cpu")
     # Gradio sends an emptied number box as 0: for the optional max_steps that is "no limit".
-    assert train.read_settings(with_values(max_steps=0))[1].max_steps is None
+    assert train.read_settings(with_values(max_steps=0)[: train.N_SETTINGS])[1].max_steps is None
 
 
 def test_bad_values_are_refused_naming_the_field():
     with pytest.raises(SettingsError, match=r"TrainArgs.epochs \(Epochs\) is empty"):
-        train.read_settings(with_values(epochs=None))
+        train.read_settings(with_values(epochs=None)[: train.N_SETTINGS])
     with pytest.raises(SettingsError, match="Lora.dropout = 0.95 is above the maximum"):
-        train.read_settings(with_values(dropout=0.95))
+        train.read_settings(with_values(dropout=0.95)[: train.N_SETTINGS])
     with pytest.raises(SettingsError, match="load_in_4bit needs an NVIDIA GPU"):
-        train.read_settings(with_values(load_in_4bit=True, device="cpu"))
+        train.read_settings(with_values(load_in_4bit=True, device="cpu")[: train.N_SETTINGS])
 
 
 def test_code_preview_needs_data_and_shows_changed_settings(mapped, model, runs_dir: Path):
     hint, error = train.preview_code(
-        None, model, "sft", "", "", *default_values(), runs_dir=runs_dir
+        None, model, "sft", "", "", 0.1, [], *default_values(), runs_dir=runs_dir
     )
     assert hint == train.CODE_HINT and error == ""
     values = with_values(max_steps=40, batch_size=2, r=8)
-    code, error = train.preview_code(mapped, model, "sft", "", "faq", *values, runs_dir=runs_dir)
+    code, error = train.preview_code(
+        mapped, model, "sft", "", "faq", 0.1, [], *values, runs_dir=runs_dir
+    )
     assert error == ""
     assert "lora=dragon.Lora(r=8)" in code
     assert "args=dragon.TrainArgs(batch_size=2, max_steps=40)" in code
     assert 'name="faq"' in code and f'runs_dir="{runs_dir}"' in code
     code, error = train.preview_code(
-        mapped, model, "sft", "", "", *with_values(r=0), runs_dir=runs_dir
+        mapped, model, "sft", "", "", 0.1, [], *with_values(r=0), runs_dir=runs_dir
     )
     assert code == SKIP and "Lora.r = 0 is below the minimum 1" in error
 
 
 def test_start_returns_at_once_and_selects_the_run(mapped, model, runs_dir: Path):
     values = with_values(max_steps=6, batch_size=2, logging_steps=1)
-    preview, _ = train.preview_code(mapped, model, "sft", "", "", *values, runs_dir=runs_dir)
+    preview, _ = train.preview_code(
+        mapped, model, "sft", "", "", 0.1, [], *values, runs_dir=runs_dir
+    )
     selected, started, code, error = train.start(
-        mapped, model, "sft", "", "", *values, runs_dir=runs_dir
+        mapped, model, "sft", "", "", 0.1, [], *values, runs_dir=runs_dir
     )
     assert error == ""
     run = dragon.open_run(selected)
@@ -165,7 +200,15 @@ def test_start_continues_from_a_succeeded_run(mapped, model, runs_dir: Path):
     choices = train.parent_choices(runs_dir)
     assert choices[0] == (train.NO_PARENT, "") and choices[1][1] == str(first.dir)
     selected, _, code, error = train.start(
-        mapped, model, "sft", str(first.dir), "round-2", *default_values(), runs_dir=runs_dir
+        mapped,
+        model,
+        "sft",
+        str(first.dir),
+        "round-2",
+        0.1,
+        [],
+        *default_values(),
+        runs_dir=runs_dir,
     )
     assert error == ""
     child = dragon.open_run(selected)
@@ -176,15 +219,17 @@ def test_start_continues_from_a_succeeded_run(mapped, model, runs_dir: Path):
 
 def test_start_refusals_are_shown_and_select_nothing(mapped, model, runs_dir: Path):
     with pytest.warns(UserWarning):
-        out = train.start(None, model, "sft", "", "", *default_values(), runs_dir=runs_dir)
+        out = train.start(None, model, "sft", "", "", 0.1, [], *default_values(), runs_dir=runs_dir)
     assert out[:3] == (SKIP,) * 3 and "Mapping tab" in out[3]
     pairs = dragon.dataset(mapped.frame).map_pairs("question", "answer", "answer")
     with pytest.warns(UserWarning):
-        out = train.start(pairs, model, "sft", "", "", *default_values(), runs_dir=runs_dir)
-    assert out[0] == SKIP and "sft trains on a dataset mapped with .map(" in out[3]
+        out = train.start(
+            pairs, model, "sft", "", "", 0.1, [], *default_values(), runs_dir=runs_dir
+        )
+    assert out[0] == SKIP and "holds preference pairs" in out[3] and "Mapping tab" in out[3]
     with pytest.warns(UserWarning):
         out = train.start(
-            mapped, model, "sft", "", "", *with_values(epochs=None), runs_dir=runs_dir
+            mapped, model, "sft", "", "", 0.1, [], *with_values(epochs=None), runs_dir=runs_dir
         )
     assert "TrainArgs.epochs (Epochs) is empty" in out[3]
     assert dragon.runs(runs_dir).empty
@@ -196,8 +241,251 @@ def test_the_parent_picker_reads_only_when_runs_changed(mapped, model, runs_dir:
     assert train.refresh_parents(runs_dir, seen, "") == (SKIP, SKIP)
 
 
-def test_method_choices_hold_sft_only_for_now():
-    assert [value for _, value in train.METHODS] == ["sft"]
+# ---- methods and the mapping each needs ------------------------------------------------------
+
+
+def test_every_method_is_offered_and_an_unknown_one_refused():
+    assert [value for _, value in train.METHODS] == ["sft", "dpo", "orpo", "grpo"]
     with pytest.raises(ValueError, match="not available"):
-        train.launch("dpo", None, None, (Lora(), TrainArgs(), Hardware()), None, Path("."))
-    assert dataclasses.is_dataclass(TrainArgs)
+        train.launch("ppo", None, None, (Lora(), TrainArgs(), Hardware()), None, Path("."))
+
+
+def test_a_mapping_that_does_not_fit_the_method_says_how_to_fix_it(mapped, pairs, prompts):
+    assert train.kind_problem("sft", mapped) is None
+    assert train.kind_problem("dpo", pairs) is None and train.kind_problem("orpo", pairs) is None
+    assert train.kind_problem("grpo", prompts) is None
+    assert train.kind_problem("grpo", None) is None  # nothing mapped yet: another hint says so
+    problem = train.kind_problem("grpo", mapped)
+    assert problem == (
+        "GRPO trains on prompts for RL, but the mapped dataset holds prompt → response rows. "
+        "In the Mapping tab, choose “Prompts for RL (GRPO)” and map its columns again, or "
+        "pick SFT here."
+    )
+    problem = train.kind_problem("dpo", prompts)
+    assert "“Preference pairs (DPO / ORPO)”" in problem and problem.endswith("pick GRPO here.")
+    assert "pick DPO or ORPO here" in train.kind_problem("sft", pairs)
+
+
+def test_the_preview_and_start_refuse_a_mismatched_mapping(prompts, model, runs_dir: Path):
+    code, error = train.preview_code(
+        prompts, model, "dpo", "", "", 0.1, [], *default_values(), runs_dir=runs_dir
+    )
+    assert code.startswith("# DPO trains on preference pairs") and error == ""
+    note = train.kind_note("dpo", prompts)
+    assert "Problem:" in note and "DPO trains on preference pairs" in note
+    assert train.kind_note("grpo", prompts) == ""
+    with pytest.warns(UserWarning, match="DPO trains on preference pairs"):
+        out = train.start(prompts, model, "dpo", "", "", 0.1, [], *default_values(),
+                          runs_dir=runs_dir)  # fmt: skip
+    assert out[0] == SKIP and "Preference pairs (DPO / ORPO)" in out[3]
+    assert dragon.runs(runs_dir).empty
+
+
+def test_switching_method_shows_its_settings_and_its_defaults():
+    names = [f.name for f in train.shown_fields(TrainArgs)]
+    untouched = [getattr(TrainArgs(), n) for n in names]
+    out = train.switch_method("sft", "dpo", *untouched)
+    prefer_box, grpo_box, updates, seen = out[0], out[1], out[2:-1], out[-1]
+    assert prefer_box["visible"] is True and grpo_box["visible"] is False and seen == "dpo"
+    got = dict(zip(names, updates, strict=True))
+    assert got["learning_rate"] == 5e-5 and got["epochs"] == 2  # the manual's prefer() defaults
+    assert got["batch_size"] == SKIP and got["max_steps"] == SKIP  # the same for both methods
+    # A value the person typed stays; the others follow the method.
+    typed = [3e-4 if n == "learning_rate" else v for n, v in zip(names, untouched, strict=True)]
+    got = dict(zip(names, train.switch_method("sft", "grpo", *typed)[2:-1], strict=True))
+    assert got["learning_rate"] == SKIP and got["epochs"] == 1 and got["save_steps"] == 20
+    out = train.switch_method(
+        "grpo", "sft", *[getattr(train.METHOD_ARGS["grpo"], n) for n in names]
+    )
+    assert out[0]["visible"] is False and out[1]["visible"] is False
+    assert dict(zip(names, out[2:-1], strict=True))["learning_rate"] == TrainArgs().learning_rate
+
+
+def test_dpo_starts_prefer_and_its_code_is_the_runs_code(pairs, model, runs_dir: Path):
+    values = with_values(max_steps=4, batch_size=2)
+    preview, error = train.preview_code(
+        pairs, model, "dpo", "", "", 0.2, [], *values, runs_dir=runs_dir
+    )
+    assert error == "" and "run = dragon.prefer(" in preview
+    assert 'method="dpo",\n    beta=0.2,' in preview
+    selected, started, code, error = train.start(
+        pairs, model, "dpo", "", "", 0.2, [], *values, runs_dir=runs_dir
+    )
+    assert error == ""
+    run = dragon.open_run(selected)
+    assert run.method == "dpo" and run.config["method_args"] == {"beta": 0.2}
+    assert preview == code
+    run.wait(timeout=30)
+    with pytest.warns(UserWarning, match="Beta is empty"):
+        train.start(pairs, model, "orpo", "", "", None, [], *values, runs_dir=runs_dir)
+
+
+# ---- the rewards builder ----------------------------------------------------------------------
+
+
+def test_the_builder_shows_the_fields_each_reward_type_reads():
+    names = [f.name for f in rewards_builder.REWARD_OPTIONS]
+    with gr.Blocks():
+        widgets = rewards_builder.reward_widgets()
+    assert [w.elem_id for w in widgets] == [f"train-reward-{n}" for n in names]
+    by_name = dict(zip(names, widgets, strict=True))
+    assert [n for n, w in by_name.items() if w.visible] == ["pattern", "case_sensitive"]
+    assert isinstance(by_name["mode"], gr.Radio) and by_name["mode"].choices[1][1] == "all"
+    assert isinstance(by_name["max_chars"], gr.Number) and by_name["max_chars"].precision == 0
+    assert isinstance(by_name["case_sensitive"], gr.Checkbox)
+    shown = lambda t: [  # noqa: E731
+        n for n, u in zip(names, rewards_builder.show_reward_fields(t), strict=True) if u["visible"]
+    ]
+    assert shown("regex") == ["pattern", "case_sensitive"]
+    assert shown("keyword") == ["case_sensitive", "words", "mode"]
+    assert shown("command") == ["command", "input", "score_from", "min_score", "max_score",
+                                "timeout"]  # fmt: skip
+    assert shown("custom") == ["file", "fn"] and shown("numeric") == []
+
+
+def test_builder_values_become_the_same_reward_objects_as_the_api(tmp_path: Path):
+    custom = tmp_path / "cites.py"
+    custom.write_text("def score(prompt, completion, reference, row):\n    return 1.0\n")
+    # Fields of other types may hold leftovers from an earlier choice: they are ignored.
+    leftovers = {"pattern": "T-", "words": "refund", "file": "nowhere.py"}
+    cases = [
+        (("regex", 2, "ticket"), {"pattern": r"T-\d{4}", "case_sensitive": True},
+         dragon.reward("regex", weight=2, name="ticket", pattern=r"T-\d{4}", case_sensitive=True)),
+        (("json", 1, ""), {"keys": " id, status ,"}, dragon.reward("json", keys=["id", "status"])),
+        (("length", 0.5, None), {"min_chars": 0, "max_chars": 300},
+         dragon.reward("length", weight=0.5, max_chars=300)),
+        (("keyword", 1, ""), {"words": "reset, reboot", "mode": "all"},
+         dragon.reward("keyword", words=["reset", "reboot"], mode="all")),
+        (("command", 1, ""), {"command": f"{sys.executable} -c 'import sys'", "timeout": 5},
+         dragon.reward("command", command=[sys.executable, "-c", "import sys"], timeout=5)),
+        (("custom", 1, ""), {"file": str(custom), "fn": "score"},
+         dragon.reward("custom", file=str(custom), fn="score")),
+        (("exact", 1, ""), {}, dragon.reward("exact")),
+    ]  # fmt: skip
+    for (kind, weight, name), fields, expected in cases:
+        values = reward_values(**(leftovers | fields))
+        assert rewards_builder.build_reward(kind, weight, name, *values) == expected, kind
+
+
+def test_adding_and_removing_rewards_keeps_the_list(tmp_path: Path):
+    rewards, table, picker, message = rewards_builder.add_reward(
+        [], "regex", 1, "", *reward_values(pattern=TICKET)
+    )
+    assert message == "" and rewards == [dragon.reward("regex", pattern=TICKET)]
+    rewards, table, picker, message = rewards_builder.add_reward(
+        rewards, "length", 0.2, "", *reward_values(max_chars=40)
+    )
+    assert list(table["name"]) == ["regex", "length"] and list(table["weight"]) == [1, 0.2]
+    assert list(table["settings"]) == [f'pattern="{TICKET}"', "max_chars=40"]
+    assert picker["choices"] == ["regex", "length"]
+    # A bad reward is refused with the field named; the list is left as it was.
+    out = rewards_builder.add_reward(rewards, "regex", 1, "", *reward_values(pattern="("))
+    assert (
+        out[:3] == (SKIP,) * 3 and "Reward.pattern &#x27;(&#x27; is not a valid regular" in out[3]
+    )
+    short = reward_values(max_chars=9)
+    named = rewards_builder.add_reward(rewards, "length", 1, "short", *short)[0]
+    out = rewards_builder.add_reward(named, "json", 1, "short", *reward_values())
+    assert out[:3] == (SKIP,) * 3 and "Two rewards have the same name" in out[3]
+    out = rewards_builder.add_reward(rewards, "length", None, "", *reward_values(max_chars=9))
+    assert "Reward.weight is empty" in out[3]
+    rewards, table, picker, message = rewards_builder.remove_reward(rewards, "regex")
+    assert rewards == [dragon.reward("length", weight=0.2, max_chars=40)]
+    assert list(table["name"]) == ["length"] and picker["choices"] == ["length"]
+    assert "Pick a reward" in rewards_builder.remove_reward(rewards, None)[3]
+
+
+# ---- GRPO: start, code, dry run ---------------------------------------------------------------
+
+TWO_REWARDS = [dragon.reward("regex", pattern=TICKET), dragon.reward("length", max_chars=40,
+                                                                     weight=0.5)]  # fmt: skip
+
+
+def test_grpo_needs_a_reward_then_starts_reinforce(prompts, model, runs_dir: Path):
+    values = with_values(max_steps=3, group_size=2, max_new_tokens=16, max_seq_len=256)
+    code, error = train.preview_code(prompts, model, "grpo", "", "", 0.1, [], *values,
+                                     runs_dir=runs_dir)  # fmt: skip
+    assert code == train.NO_REWARDS_HINT and error == ""
+    with pytest.warns(UserWarning, match="at least one reward"):
+        train.start(prompts, model, "grpo", "", "", 0.1, [], *values, runs_dir=runs_dir)
+    preview, error = train.preview_code(
+        prompts, model, "grpo", "", "rl", 0.1, TWO_REWARDS, *values, runs_dir=runs_dir
+    )
+    assert error == "" and "run = dragon.reinforce(" in preview
+    assert f'dragon.reward("regex", pattern="{TICKET}"),' in preview
+    assert "group_size=2,\n    beta=0.04,\n    temperature=1.0,\n    max_new_tokens=16," in preview
+    selected, started, code, error = train.start(
+        prompts, model, "grpo", "", "rl", 0.1, TWO_REWARDS, *values, runs_dir=runs_dir
+    )
+    assert error == "", error
+    run = dragon.open_run(selected)
+    assert run.method == "grpo" and run.name == "rl"
+    assert [r["name"] for r in run.config["method_args"]["rewards"]] == ["regex", "length"]
+    assert run.config["method_args"]["group_size"] == 2
+    assert preview == code  # the code shown before Start is the code of the run it starts
+    run.wait(timeout=30)
+
+    # Pasted into Python, the panel's code starts a run configured exactly like this one.
+    again = run_snippet(code)["run"]
+    assert again.dir != run.dir
+    for key in ("method", "method_args", "args", "lora", "hardware", "dataset"):
+        assert again.config[key] == run.config[key], key
+    again.wait(timeout=30)
+
+
+def test_grpo_settings_are_checked_naming_the_field(prompts, model, runs_dir: Path):
+    code, error = train.preview_code(prompts, model, "grpo", "", "", 0.1, TWO_REWARDS,
+                                     *with_values(group_size=None), runs_dir=runs_dir)  # fmt: skip
+    assert code == SKIP and "ReinforceArgs.group_size (Group size) is empty" in error
+    with pytest.warns(UserWarning, match="group_size = 1 is out of range"):
+        out = train.start(prompts, model, "grpo", "", "", 0.1, TWO_REWARDS,
+                          *with_values(group_size=1), runs_dir=runs_dir)  # fmt: skip
+    assert out[0] == SKIP
+    assert dragon.runs(runs_dir).empty
+
+
+def test_the_dry_run_scores_sampled_completions(prompts, model):
+    backend = ScriptedBackend(["Reset it (1).", "Reset it (1)." + " and more" * 9])
+    rl = with_values(group_size=2, max_new_tokens=16, temperature=0.7)[train.N_SETTINGS :]
+    table, summary, code, message = train.dry_run(
+        prompts, model, "", TWO_REWARDS, *rl, backend=backend
+    )
+    assert message == ""
+    frame = table["value"]
+    assert table["visible"] is True
+    assert list(frame.columns) == ["prompt", "completion", "regex", "length", "total"]
+    assert len(frame) == train.DRY_RUN_PROMPTS * 2
+    assert list(frame["total"][:2]) == [1.5, 1.0]
+    assert "**Mean scores** over 6 completions: regex 1, length 0.5, total 1.25." in summary
+    ((conversations, sampling),) = backend.calls
+    assert len(conversations) == 6 and sampling.temperature == 0.7
+    assert sampling.max_new_tokens == 16
+    # The code panel's dry run, pasted into Python with the same backend, gives the same table.
+    previous = dragon.set_backend(backend)
+    try:
+        again = run_snippet(code)["table"]
+    finally:
+        dragon.set_backend(previous)
+    pd.testing.assert_frame_equal(again, frame)
+
+
+def test_the_dry_run_says_what_is_missing(mapped, prompts, model, tmp_path: Path):
+    backend = ScriptedBackend(["same"])
+    rl = default_values()[train.N_SETTINGS :]
+    out = train.dry_run(prompts, model, "", [], *rl, backend=backend)
+    assert out[:3] == (SKIP,) * 3 and "Add a reward first" in out[3]
+    out = train.dry_run(mapped, model, "", TWO_REWARDS, *rl, backend=backend)
+    assert "Prompts for RL (GRPO)" in out[3]
+    no_reference = dragon.dataset(prompts.frame).map_prompts(prompt="question")
+    out = train.dry_run(no_reference, model, "", [dragon.reward("exact")], *rl, backend=backend)
+    assert "compare completions with a reference answer" in out[3]
+    # Every completion alike: the summary says GRPO could learn nothing from these prompts.
+    table, summary, _, message = train.dry_run(prompts, model, "", TWO_REWARDS, *rl,
+                                               backend=backend)  # fmt: skip
+    assert message == "" and "3 of 3 prompts gave all their completions the same total" in summary
+    broken = tmp_path / "broken.py"
+    broken.write_text("def reward(prompt, completion, reference, row):\n    return 1 / 0\n")
+    custom = [dragon.reward("custom", file=str(broken))]
+    _, summary, _, message = train.dry_run(prompts, model, "", custom, *rl, backend=backend)
+    assert "Warning: Reward 'custom' failed on 12 of 12" in summary
+    assert "ZeroDivisionError" in summary

@@ -1,4 +1,4 @@
-"""The Monitor tab: one run's state, progress, loss chart, log, samples and code; cancel, resume.
+"""The Monitor tab: a run's state, progress, training curves, log, samples, code; cancel, resume.
 
 Everything shown is read from the run's files, so a reloaded page or a second browser sees the
 same run. A `gr.Timer` ticks every second; a tick compares the run's change counter
@@ -59,7 +59,7 @@ def run_choices(runs_dir: Path) -> list[tuple[str, str]]:
 def _empty(message: str, seen: Seen) -> tuple[Any, ...]:
     off = gr.update(interactive=False)
     hidden = gr.update(visible=False)
-    return message, "", charts.loss_figure(pd.DataFrame()), "", hidden, "", off, off, "", seen
+    return message, "", charts.progress_figure(pd.DataFrame()), "", hidden, "", off, off, "", seen
 
 
 def show(run_dir: str | None, message: str = "") -> tuple[Any, ...]:
@@ -85,7 +85,7 @@ def show(run_dir: str | None, message: str = "") -> tuple[Any, ...]:
     return (
         present.run_header(run.config, status),
         bar,
-        charts.loss_figure(progress),
+        charts.progress_figure(progress, run.config.get("method")),
         "\n".join(run.logs(LOG_LINES)),
         shown,
         present.portable_code(dragon.code(run)),
@@ -165,7 +165,7 @@ def build(ctx: AppContext) -> None:
     header = gr.Markdown(present.hint_html(NO_RUN), elem_id="monitor-header")
     bar = gr.HTML(elem_id="monitor-progress")
     error = gr.HTML(elem_id="monitor-error")
-    chart = gr.Plot(label="Loss and learning rate", elem_id="monitor-chart")
+    chart = gr.Plot(label="Training curves", elem_id="monitor-chart")
     log = gr.Textbox(
         label=f"Log (last {LOG_LINES} lines)",
         lines=10,

@@ -1,18 +1,24 @@
-"""The Train tab: method, LoRA, training and hardware settings, a run name, and Start.
+"""The Train tab: method (SFT, DPO, ORPO, GRPO), its settings, LoRA, training and hardware
+settings, a run name, and Start.
 
-The settings widgets are generated from the dataclasses in `dragonfarm_core.settings`: each
-field's metadata gives the label, help, limits and choices, so the app and the Python API never
-disagree. `settings_widgets` builds them and `read_settings` turns their values back into the
-dataclasses. Start calls `dragon.train` once, which returns as soon as the trainer process is
-spawned; the new run becomes the selected run, which the Monitor tab follows.
+The settings widgets are generated from the dataclasses in `dragonfarm_core.settings` (and
+GRPO's `ReinforceArgs`): each field's metadata gives the label, help, limits and choices, so the
+app and the Python API never disagree. `settings_widgets` builds them and `read_settings` turns
+their values back into the dataclasses. Start calls `dragon.train`, `dragon.prefer` or
+`dragon.reinforce` once, which returns as soon as the trainer process is spawned; the new run
+becomes the selected run, which the Monitor tab follows. GRPO's rewards come from the rewards
+builder (`ui.rewards_builder`), and the dry run scores a few sampled completions with them
+(`dragon.test_rewards`) before any training. The code panel's Python is `ui.train_code`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import html
+import inspect
 import math
 import typing
+import warnings
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -21,21 +27,56 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core.data.codegen import dataset_code, literal
+from dragonfarm_core import preference, reinforcement
 from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.runs import location
+from dragonfarm_core.reinforcement import ReinforceArgs
+from dragonfarm_core.rewards import Reward, reward_names
+from dragonfarm_core.runs.create import METHOD_KINDS
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from ui import present, watch
 from ui.context import AppContext
+from ui.rewards_builder import build_rewards
+from ui.train_code import dry_run_code, train_code
 
 TITLE = "Train"
-# (label, value). DPO, ORPO and GRPO join this list when their trainers exist.
-METHODS = [("SFT: learn the mapped replies (supervised fine-tuning)", "sft")]
+METHODS = [
+    ("SFT: learn the mapped replies (supervised fine-tuning)", "sft"),
+    ("DPO: prefer the chosen reply to the rejected one", "dpo"),
+    ("ORPO: learn the chosen reply, move away from the rejected one (no reference)", "orpo"),
+    ("GRPO: practise on prompts, learn from verifiable rewards", "grpo"),
+]
+FUNCTIONS = {"sft": "train", "dpo": "prefer", "orpo": "prefer", "grpo": "reinforce"}
+# The training defaults of each method's function (the manual's), shown when it is picked.
+METHOD_ARGS = {
+    "sft": TrainArgs(),
+    "dpo": preference.DEFAULT_ARGS,
+    "orpo": preference.DEFAULT_ARGS,
+    "grpo": reinforcement.DEFAULT_ARGS,
+}
+# What the Mapping tab calls each kind, and which of its choices fits each method.
+KIND_NAMES = {
+    "sft": "prompt → response rows",
+    "conversations": "conversations",
+    "pairs": "preference pairs",
+    "prompts": "prompts for RL",
+}
+MAPPING_CHOICES = {
+    "sft": "“Prompt → response (SFT)” or “Conversations”",
+    "dpo": "“Preference pairs (DPO / ORPO)”",
+    "orpo": "“Preference pairs (DPO / ORPO)”",
+    "grpo": "“Prompts for RL (GRPO)”",
+}
 SETTINGS = (Lora, TrainArgs, Hardware)
 NOT_SHOWN = frozenset({"extra"})  # free-form trainer keywords: Python only
 NO_PARENT = "(none: start from the model chosen in the Model tab)"
 CODE_HINT = "# Map a dataset in the Mapping tab; the Python that trains on it appears here."
+NO_REWARDS_HINT = "# Add a reward in the rewards builder; the Python that starts GRPO appears here."
+DRY_RUN_PROMPTS = 3
 START_ERRORS = (ValueError, TypeError, OSError, RuntimeError)
+
+
+def prefer_beta_default() -> float:
+    return inspect.signature(dragon.prefer).parameters["beta"].default
 
 
 def shown_fields(cls: type) -> list[dataclasses.Field]:
@@ -127,29 +168,110 @@ def read_settings(values: Sequence[Any]) -> tuple[Lora, TrainArgs, Hardware]:
     return lora, args, hardware
 
 
-def train_code(
-    mapped: dragon.Dataset,
-    model: ResolvedModel,
-    parent: str | None,
-    settings: tuple[Lora, TrainArgs, Hardware],
-    name: str | None,
-    runs_dir: Path,
-) -> str:
-    """The Python that starts the same run as the Start button, before there is a run."""
-    lines = [dataset_code(mapped.spec(), var="ds").rstrip()]
-    if parent:
-        lines.append(f"parent = dragon.open_run({literal(parent)})")
-    call = ["ds", "parent" if parent else literal(model.name)]
-    for key, value in zip(("lora", "args", "hardware"), settings, strict=True):
-        setting = present.settings_call(value)
-        call += [f"{key}={setting}"] if setting else []
-    call += [f"name={literal(name)}"] if name else []
-    call += (
-        [f"runs_dir={literal(str(runs_dir))}"] if runs_dir != location.configured_runs_dir() else []
+N_SETTINGS = sum(len(shown_fields(cls)) for cls in SETTINGS)
+
+
+def read_reinforce(values: Sequence[Any]) -> ReinforceArgs:
+    """The GRPO widgets' values -> ReinforceArgs; an empty box is refused naming the field."""
+    hints, fields = typing.get_type_hints(ReinforceArgs), shown_fields(ReinforceArgs)
+    taken = zip(fields, values, strict=True)
+    return ReinforceArgs(
+        **{f.name: _field_value(ReinforceArgs, f, hints[f.name], v) for f, v in taken}
     )
-    call += [f"revision={literal(model.revision)}"] if model.revision and not parent else []
-    body = "\n".join(lines) + "\n\nrun = dragon.train(\n" + "".join(f"    {a},\n" for a in call)
-    return present.python_code(body + ")\n")
+
+
+def method_arguments(
+    method: str, beta: float | None, rewards: Sequence[Reward], values: Sequence[Any]
+) -> dict[str, Any]:
+    """The method's own keyword arguments for its API function (GRPO's from `values`)."""
+    if method in ("dpo", "orpo"):
+        if beta is None:
+            raise SettingsError(f"Beta is empty; enter a value ({prefer_beta_default()} is a "
+                                "sensible start).")  # fmt: skip
+        return {"method": method, "beta": float(beta)}
+    if method == "grpo":
+        if not rewards:
+            raise ValueError("GRPO needs at least one reward: add one in the rewards builder.")
+        return {"rewards": list(rewards), **read_reinforce(values).to_dict()}
+    return {}
+
+
+def kind_problem(method: str, mapped: dragon.Dataset | None) -> str | None:
+    """Why the mapped dataset cannot train with `method`, and how to fix it; None if it can."""
+    mapping = None if mapped is None else mapped.mapping
+    if mapping is None or mapping.kind in METHOD_KINDS[method]:
+        return None
+    fitting = [m.upper() for m in FUNCTIONS if mapping.kind in METHOD_KINDS[m]]
+    wanted = " or ".join(KIND_NAMES[k] for k in METHOD_KINDS[method])
+    return (
+        f"{method.upper()} trains on {wanted}, but the mapped dataset holds "
+        f"{KIND_NAMES[mapping.kind]}. In the Mapping tab, choose {MAPPING_CHOICES[method]} and "
+        f"map its columns again, or pick {' or '.join(fitting)} here."
+    )
+
+
+def kind_note(method: str, mapped: dragon.Dataset | None) -> str:
+    """The red box under the method when the mapped dataset does not fit it."""
+    return present.error_html(kind_problem(method, mapped))
+
+
+def switch_method(old: str | None, new: str, *args_values: Any) -> tuple[Any, ...]:
+    """Method changed -> (DPO/ORPO box, GRPO box, one update per TrainArgs widget, method seen).
+
+    A TrainArgs value still at the old method's default becomes the new method's default (the
+    manual's defaults differ per method); a value the person typed stays as it is."""
+    before, after = METHOD_ARGS.get(old or "sft", TrainArgs()), METHOD_ARGS[new]
+    updates = [
+        getattr(after, f.name)
+        if value == getattr(before, f.name) != getattr(after, f.name)
+        else gr.skip()
+        for f, value in zip(shown_fields(TrainArgs), args_values, strict=True)
+    ]
+    boxes = (gr.update(visible=new in ("dpo", "orpo")), gr.update(visible=new == "grpo"))
+    return (*boxes, *updates, new)
+
+
+# ---- the dry run -------------------------------------------------------------------------------
+
+
+def dry_run(
+    mapped: dragon.Dataset | None, model: ResolvedModel, parent: str | None,
+    rewards: list[Reward] | None, *values: Any, backend: Any = None,
+) -> tuple[Any, ...]:  # fmt: skip
+    """Dry run -> (score table, summary, code, message): `group_size` completions for each of
+    the first DRY_RUN_PROMPTS prompts, sampled as GRPO will, scored by the rewards."""
+    try:
+        if mapped is None:
+            raise ValueError("No mapped dataset yet: map one as prompts in the Mapping tab.")
+        problem = kind_problem("grpo", mapped)
+        if problem:
+            raise ValueError(problem)
+        if not rewards:
+            raise ValueError("Add a reward first: the dry run scores completions with them.")
+        settings = read_reinforce(values)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            table = dragon.test_rewards(
+                rewards, parent or model.name, mapped, n=settings.group_size,
+                max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
+                max_prompts=DRY_RUN_PROMPTS, backend=backend,
+            )  # fmt: skip
+    except START_ERRORS as e:
+        return gr.skip(), gr.skip(), gr.skip(), present.error_html(f"Dry run failed: {e}")
+    warned = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    summary = present.dry_run_markdown(table, reward_names(rewards), warned)
+    code = dry_run_code(mapped, model, parent, rewards, settings, DRY_RUN_PROMPTS)
+    return gr.update(value=table, visible=True), summary, code, ""
+
+
+# ---- code, start -------------------------------------------------------------------------------
+
+
+def _read(
+    method: str, beta: float | None, rewards: Sequence[Reward] | None, values: Sequence[Any]
+) -> tuple[tuple[Lora, TrainArgs, Hardware], dict[str, Any]]:
+    settings = read_settings(values[:N_SETTINGS])
+    return settings, method_arguments(method, beta, rewards or [], values[N_SETTINGS:])
 
 
 def preview_code(
@@ -158,19 +280,26 @@ def preview_code(
     method: str,
     parent: str | None,
     name: str | None,
+    beta: float | None,
+    rewards: list[Reward] | None,
     *values: Any,
     runs_dir: Path,
 ) -> tuple[str, str]:
     """Widget values -> (the code Start would run, error box)."""
     if mapped is None:
         return CODE_HINT, ""
+    problem = kind_problem(method, mapped)
+    if problem:
+        return "# " + problem, ""  # the note under the method says it, in red
+    if method == "grpo" and not rewards:
+        return NO_REWARDS_HINT, ""
     try:
-        settings = read_settings(values)
+        settings, method_args = _read(method, beta, rewards, values)
     except (SettingsError, ValueError) as e:
         return gr.skip(), present.error_html(str(e))
-    return train_code(
-        mapped, model, parent or None, settings, (name or "").strip() or None, runs_dir
-    ), ""
+    name = (name or "").strip() or None
+    return train_code(mapped, model, parent or None, settings, name, runs_dir, FUNCTIONS[method],
+                      method_args), ""  # fmt: skip
 
 
 def launch(
@@ -180,23 +309,24 @@ def launch(
     settings: tuple[Lora, TrainArgs, Hardware],
     name: str | None,
     runs_dir: Path,
+    method_args: dict[str, Any] | None = None,
 ) -> dragon.Run:
     """One call of the public API for the chosen method; returns the started run."""
+    if method not in FUNCTIONS:
+        raise ValueError(f"Method {method!r} is not available; choose one of the listed methods.")
     lora, args, hardware = settings
-    if method == "sft":
-        base = model if isinstance(model, dragon.Run) else model.name
-        revision = None if isinstance(model, dragon.Run) else model.revision
-        return dragon.train(
-            mapped,
-            base,
-            lora=lora,
-            args=args,
-            hardware=hardware,
-            name=name,
-            runs_dir=runs_dir,
-            revision=revision,
-        )
-    raise ValueError(f"Method {method!r} is not available; choose one of the listed methods.")
+    continued = isinstance(model, dragon.Run)
+    return getattr(dragon, FUNCTIONS[method])(
+        mapped,
+        model if continued else model.name,
+        **(method_args or {}),
+        lora=lora,
+        args=args,
+        hardware=hardware,
+        name=name,
+        runs_dir=runs_dir,
+        revision=None if continued else model.revision,
+    )
 
 
 def start(
@@ -205,6 +335,8 @@ def start(
     method: str,
     parent: str | None,
     name: str | None,
+    beta: float | None,
+    rewards: list[Reward] | None,
     *values: Any,
     runs_dir: Path,
 ) -> tuple[Any, ...]:
@@ -215,9 +347,13 @@ def start(
                 "No mapped dataset yet: load data in the Data tab, then map its "
                 "columns in the Mapping tab."
             )
-        settings = read_settings(values)
+        problem = kind_problem(method, mapped)
+        if problem:
+            raise ValueError(problem)
+        settings, method_args = _read(method, beta, rewards, values)
         base = dragon.open_run(parent) if parent else model
-        run = launch(method, mapped, base, settings, (name or "").strip() or None, runs_dir)
+        name = (name or "").strip() or None
+        run = launch(method, mapped, base, settings, name, runs_dir, method_args)
     except START_ERRORS as e:
         gr.Warning(html.escape(str(e)))
         return gr.skip(), gr.skip(), gr.skip(), present.error_html(str(e))
@@ -262,6 +398,19 @@ def build(ctx: AppContext) -> None:
     with gr.Row():
         method = gr.Radio(METHODS, value="sft", label="Method", elem_id="train-method", scale=2)
         name = gr.Textbox(label="Run name (optional)", elem_id="train-name", scale=1)
+    note = gr.HTML(elem_id="train-kind")
+    with gr.Group(visible=False) as prefer_box:
+        beta = gr.Number(
+            prefer_beta_default(),
+            label="Beta",
+            info="How hard the model is pushed: DPO's KL strength, ORPO's odds-ratio weight; "
+            f"{prefer_beta_default()} is a sensible start for both.",
+            step=0.01,
+            elem_id="train-beta",
+        )
+    with gr.Group(visible=False) as grpo_box:
+        rl_widgets = settings_widgets(ReinforceArgs)
+        builder = build_rewards()
     with gr.Accordion("Training", open=True):
         args_widgets = settings_widgets(TrainArgs)
     with gr.Accordion("LoRA adapter", open=False):
@@ -279,10 +428,11 @@ def build(ctx: AppContext) -> None:
         show_line_numbers=False,
         elem_id="train-code",
     )
-    seen = gr.State(None)
+    seen, method_seen = gr.State(None), gr.State("sft")
 
-    values = [*lora_widgets, *args_widgets, *hardware_widgets]  # the order read_settings reads
-    inputs = [ctx.mapped, ctx.model, method, parent, name, *values]
+    # The order `_read` reads them in: read_settings's, then read_reinforce's.
+    values = [*lora_widgets, *args_widgets, *hardware_widgets, *rl_widgets]
+    inputs = [ctx.mapped, ctx.model, method, parent, name, beta, builder.rewards, *values]
     go.click(partial(start, runs_dir=ctx.runs_dir), inputs, [ctx.run, started, code, error])
     gr.on(
         [w.change for w in inputs],
@@ -292,6 +442,14 @@ def build(ctx: AppContext) -> None:
         trigger_mode="always_last",
         show_progress="hidden",
     )
+    method.change(
+        switch_method,
+        [method_seen, method, *args_widgets],
+        [prefer_box, grpo_box, *args_widgets, method_seen],
+    )
+    gr.on([method.change, ctx.mapped.change], kind_note, [method, ctx.mapped], note)
+    dry_inputs = [ctx.mapped, ctx.model, parent, builder.rewards, *rl_widgets]
+    builder.dry_run.click(dry_run, dry_inputs, builder.dry_outputs)
     ctx.model.change(describe_model, ctx.model, model_text)
     # Succeeded runs are listed when the picker is opened: no timer for a rarely used list.
     parent.focus(partial(refresh_parents, ctx.runs_dir), [seen, parent], [parent, seen])

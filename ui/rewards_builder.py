@@ -1,0 +1,184 @@
+"""The GRPO rewards builder in the Train tab: pick a reward type, fill in its fields, add it.
+
+The type-specific widgets are generated from `Reward`'s fields and their metadata (label, help,
+choices), and `OPTIONS` says which fields each type reads, so the builder and `dragon.reward`
+never disagree. The added rewards live in a `gr.State` as `Reward` objects, built with
+`dragon.reward(...)` exactly as a person would in Python. `build_rewards()` creates the widgets
+and wires Add and Remove; the Train tab wires the dry run, which needs its mapping and GRPO
+settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+import dragonfarm_core as dragon
+from dragonfarm_core.rewards import TYPES, Reward, RewardError, reward_names
+from dragonfarm_core.rewards.checks import OPTIONS
+from ui import present
+
+REWARD_TYPES = {
+    "exact": "exact: equals the reference answer",
+    "contains": "contains: the reference answer appears in it",
+    "numeric": "numeric: its last number equals the reference's",
+    "regex": "regex: matches a pattern",
+    "json": "json: valid JSON, with the required keys",
+    "length": "length: within a character budget",
+    "keyword": "keyword: has any (or all) of some words",
+    "command": "command: a program scores it (tests, a linter)",
+    "custom": "custom: a Python function in a file",
+}
+# Reward fields that only some types read, in field order (type, weight and name are apart).
+REWARD_OPTIONS = [
+    f for f in dataclasses.fields(Reward) if any(f.name in names for names in OPTIONS.values())
+]
+
+
+@dataclass(frozen=True)
+class RewardsBuilder:
+    """The builder's components the Train tab wires: the rewards added, and the dry run's."""
+
+    rewards: gr.State  # list[Reward]
+    dry_run: gr.Button
+    dry_outputs: list[gr.Component]  # score table, summary, code, message: the dry run's order
+
+
+def _reward_widget(field: dataclasses.Field, hint: Any, visible: bool) -> gr.Component:
+    meta, default = field.metadata, field.default
+    kwargs = {"label": meta["label"], "info": meta["help"], "visible": visible,
+              "elem_id": f"train-reward-{field.name}"}  # fmt: skip
+    if meta.get("choices"):
+        return gr.Radio(list(meta["choices"]), value=default, **kwargs)
+    if hint is bool:
+        return gr.Checkbox(value=default, **kwargs)
+    numbers = [t for t in typing.get_args(hint) or (hint,) if t in (int, float)]
+    if numbers:
+        return gr.Number(value=default, precision=0 if numbers[0] is int else None, **kwargs)
+    if field.name in ("keys", "words"):
+        kwargs["info"] += " Separate them with commas."
+    if field.name == "command":
+        kwargs["info"] += " Type it as in a terminal; it never runs through a shell."
+    return gr.Textbox(value=default or "", **kwargs)
+
+
+def reward_widgets(shown_type: str = "regex") -> list[gr.Component]:
+    """One widget per type-specific Reward field, in REWARD_OPTIONS order; those that
+    `shown_type` reads are visible."""
+    hints = typing.get_type_hints(Reward)
+    return [_reward_widget(f, hints[f.name], f.name in OPTIONS[shown_type]) for f in REWARD_OPTIONS]
+
+
+def show_reward_fields(reward_type: str) -> list[Any]:
+    """The fields the chosen reward type reads become visible; the others hide."""
+    return [gr.update(visible=f.name in OPTIONS[reward_type]) for f in REWARD_OPTIONS]
+
+
+def build_reward(reward_type: str, weight: float | None, name: str | None, *values: Any) -> Reward:
+    """The builder's widgets -> `dragon.reward(...)`; only the type's own fields are passed,
+    and an empty box means "not set". Invalid settings raise RewardError naming the field."""
+    if reward_type not in TYPES:
+        raise RewardError(f"Choose a reward type: one of {', '.join(TYPES)}.")
+    if weight is None:
+        raise RewardError("Reward.weight is empty; enter a number (1 counts it fully).")
+    hints, options = typing.get_type_hints(Reward), {}
+    for field, value in zip(REWARD_OPTIONS, values, strict=True):
+        if field.name not in OPTIONS[reward_type]:
+            continue
+        if isinstance(value, str):
+            value = value.strip()
+        optional = type(None) in typing.get_args(hints[field.name])
+        if value is None or value == "" or (optional and value == 0):
+            continue  # empty box (Gradio sends an emptied number box as 0)
+        if field.name in ("keys", "words"):
+            value = tuple(part.strip() for part in value.split(",") if part.strip())
+        options[field.name] = value
+    return dragon.reward(reward_type, weight=weight, name=(name or "").strip() or None, **options)
+
+
+def _rewards_view(rewards: list[Reward]) -> tuple[Any, Any]:
+    names = reward_names(rewards)
+    return present.rewards_table(rewards, names), gr.update(choices=names, value=None)
+
+
+def add_reward(
+    rewards: list[Reward] | None, reward_type: str, weight: float | None, name: str | None,
+    *values: Any,
+) -> tuple[Any, ...]:  # fmt: skip
+    """Add -> (rewards, rewards table, remove picker, message). The widgets keep their values,
+    so a similar reward is one change away."""
+    try:
+        added = [*(rewards or []), build_reward(reward_type, weight, name, *values)]
+        table, picker = _rewards_view(added)  # two rewards with one name are refused here
+    except (RewardError, ValueError, TypeError) as e:
+        return gr.skip(), gr.skip(), gr.skip(), present.error_html(f"Reward not added: {e}")
+    return added, table, picker, ""
+
+
+def remove_reward(rewards: list[Reward] | None, which: str | None) -> tuple[Any, ...]:
+    """Remove -> (rewards, rewards table, remove picker, message)."""
+    rewards = rewards or []
+    names = reward_names(rewards)
+    if which not in names:
+        return gr.skip(), gr.skip(), gr.skip(), present.error_html("Pick a reward to remove.")
+    kept = [r for r, name in zip(rewards, names, strict=True) if name != which]
+    return (kept, *_rewards_view(kept), "")
+
+
+def build_rewards() -> RewardsBuilder:
+    """The rewards builder's widgets, with Add and Remove wired."""
+    rewards = gr.State([])
+    gr.Markdown("**Rewards**: each scores a completion; GRPO maximises their weighted sum.")
+    with gr.Row():
+        reward_type = gr.Dropdown(
+            [(label, t) for t, label in REWARD_TYPES.items()],
+            value="regex",
+            label="Reward type",
+            elem_id="train-reward-type",
+            scale=2,
+        )
+        weight = gr.Number(1, label="Weight", info=_help("weight"), elem_id="train-reward-weight")
+        reward_name = gr.Textbox(
+            label="Name (optional)", info=_help("name"), elem_id="train-reward-name"
+        )
+    options = reward_widgets(reward_type.value)
+    add = gr.Button("Add reward", elem_id="train-reward-add")
+    table = gr.Dataframe(
+        present.rewards_table([], []),
+        label="Rewards added",
+        interactive=False,
+        wrap=True,
+        elem_id="train-rewards",
+    )
+    with gr.Row():
+        pick = gr.Dropdown([], label="Reward to remove", scale=2, elem_id="train-reward-pick")
+        remove = gr.Button("Remove", elem_id="train-reward-remove")
+        dry = gr.Button("Dry run: score a few completions", elem_id="train-reward-dry-run")
+    message = gr.HTML(elem_id="train-reward-error")
+    summary = gr.Markdown(elem_id="train-dry-run-summary")
+    scores = gr.Dataframe(
+        label="Dry run: sampled completions and their scores",
+        interactive=False,
+        wrap=True,
+        visible=False,
+        elem_id="train-dry-run",
+    )
+    with gr.Accordion("Python for the dry run", open=False):
+        dry_code = gr.Code(
+            "", language="python", interactive=False, show_line_numbers=False,
+            elem_id="train-dry-run-code",
+        )  # fmt: skip
+
+    reward_type.change(show_reward_fields, reward_type, options)
+    changed = [rewards, table, pick, message]
+    add.click(add_reward, [rewards, reward_type, weight, reward_name, *options], changed)
+    remove.click(remove_reward, [rewards, pick], changed)
+    return RewardsBuilder(rewards, dry, [scores, summary, dry_code, message])
+
+
+def _help(field_name: str) -> str:
+    return next(f.metadata["help"] for f in dataclasses.fields(Reward) if f.name == field_name)

@@ -1,0 +1,353 @@
+"""The Chat tab: talk to a finished run, its base model, or both side by side, and rate replies.
+
+Each browser session keeps its conversations (`dragon.chat` objects) in a `gr.State`. Replies
+stream in: `stream` runs `Chat.say` in a thread and yields the text as pieces arrive. 👍, 👎,
+Edit and Regenerate act on the latest reply (what `Chat.rate`, `edit` and `regenerate` do);
+ratings and edits are saved as feedback events, which the Feedback tab turns into training
+data. The run, mode and backend are fixed for a conversation (Reset to change them); the
+system prompt and sampling settings apply to the next turn. The code panel lists the calls made.
+What a conversation is with, opening it and its code panel are `ui.chat_session`'s; this module
+holds the widgets and the handlers.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+import dragonfarm_core as dragon
+from dragonfarm_core.data.codegen import literal
+from dragonfarm_core.inference.ollama import DEFAULT_URL as OLLAMA_URL
+from dragonfarm_core.models import ResolvedModel
+from ui import present, watch
+from ui.chat_session import CODE_HINT, NAMES, Session, chat_code, prepare, read_setup, stream, turns
+from ui.context import AppContext
+
+TITLE = "Chat"
+TICK_S = 2.0
+NO_RUN = "(no run: the model chosen in the Model tab)"
+MODES = [("The run", "run"), ("Its base model", "base"), ("Both, side by side", "both")]
+BACKENDS = [("Local worker", "local"), ("OpenAI-compatible server", "server"), ("Ollama", "ollama")]
+ERRORS = (ValueError, TypeError, OSError, RuntimeError)  # RuntimeError covers InferenceError
+
+
+def view(
+    session: Session | None,
+    error: str = "",
+    notice: str = "",
+    message: Any = None,
+    live: tuple[int, list[dict[str, str]]] | None = None,
+) -> tuple[Any, ...]:
+    """-> (chatbot 1, chatbot 2, session, message box, notice, context usage, code, error)."""
+    chats = session.chats if session else []
+    bots = []
+    for i in range(2):
+        if i < len(chats):
+            shown = live[1] if live and live[0] == i else turns(chats[i])
+            bots.append(gr.update(value=shown, label=chats[i].model_name))
+        else:
+            bots.append(gr.update(value=[]))
+    if live:  # a reply is streaming in: only the chatbots change
+        return (*bots, session, gr.skip() if message is None else message, *(gr.skip(),) * 4)
+    usage = [present.context_usage_markdown(c.model_name, c.context_usage()) for c in chats]
+    return (
+        *bots,
+        session,
+        gr.skip() if message is None else message,
+        notice,
+        "  \n".join(u for u in usage if u),
+        chat_code(session),
+        present.error_html(error),
+    )
+
+
+def converse(
+    session: Session, which: list[int], ask: Callable[..., str], call: str, pending: str | None
+) -> Iterator[tuple[Any, ...]]:
+    """Stream `ask(chat, on_token)` for each chat in `which`, then record `call` for it.
+    `pending` is the user's message (shown at once; back in the box if a turn fails)."""
+    cleared = "" if pending else None  # a regenerate leaves a half-typed message alone
+    for n, i in enumerate(which):
+        chat = session.chats[i]
+        before = turns(chat) + ([{"role": "user", "content": pending}] if pending else [])
+        if not pending:
+            before = before[:-1]  # regenerate: the reply being replaced goes
+        try:
+            for text in stream(partial(ask, chat)):
+                live = before + [{"role": "assistant", "content": text}]
+                yield view(session, message=cleared, live=(i, live))
+        except ERRORS as e:
+            where = f" ({chat.model_name})" if len(session.chats) > 1 else ""
+            kept = " The other reply is kept." if n else ""
+            # Nothing got the message: it goes back in its box to send again.
+            yield view(session, f"No reply{where}: {e}{kept}", message=None if n else pending)
+            return
+        session.code.append(f"{NAMES[i]}.{call}")
+    yield view(session, message=cleared)
+
+
+def send(
+    session: Session | None, text: str, model: ResolvedModel, *values: Any, runs_dir: Path
+) -> Iterator[tuple[Any, ...]]:
+    """Send -> streamed views: the message goes to every conversation shown, in turn.
+    `values` are the setup widgets' values, in `read_setup`'s order after `model`."""
+    run, *rest = values
+    if not (text or "").strip():
+        yield view(session, "Type a message first.")
+        return
+    try:
+        session = prepare(session, read_setup(run, model, *rest), runs_dir)
+    except ERRORS as e:
+        yield view(session, str(e))  # the message stays in its box
+        return
+    ask = lambda chat, on_token: chat.say(text, on_token)  # noqa: E731
+    yield from converse(
+        session, list(range(len(session.chats))), ask, f"say({literal(text)})", text
+    )
+
+
+def regenerate(session: Session | None, which: int) -> Iterator[tuple[Any, ...]]:
+    """Ask again for the latest reply of one conversation, replacing it."""
+    chat = _chat(session, which)
+    if isinstance(chat, str):
+        yield view(session, chat)
+        return
+    if not turns(chat):
+        yield view(session, "Nothing to regenerate: there is no reply yet.")
+        return
+    yield from converse(session, [which], lambda c, on: c.regenerate(on), "regenerate()", None)
+
+
+def _chat(session: Session | None, which: int) -> dragon.Chat | str:
+    if session is None or which >= len(session.chats):
+        return "No conversation yet: send a message first."
+    return session.chats[which]
+
+
+def rate(session: Session | None, which: int, verdict: str) -> tuple[Any, ...]:
+    """👍 or 👎 on the latest reply, saved as a feedback event."""
+    chat = _chat(session, which)
+    try:
+        if isinstance(chat, str):
+            raise ValueError(chat)
+        chat.rate(verdict)
+    except ERRORS as e:
+        return view(session, str(e))
+    session.code.append(f'{NAMES[which]}.rate("{verdict}")')
+    mark = "👍" if verdict == "up" else "👎"
+    return view(session, notice=f"{mark} saved for the latest reply of `{chat.model_name}`.")
+
+
+def add_example(session: Session | None, which: int) -> tuple[Any, ...]:
+    """The conversation so far becomes a training example: its latest reply is recorded as
+    liked, so `dragon.feedback().sft` holds exactly `chat.as_example()`."""
+    chat = _chat(session, which)
+    try:
+        if isinstance(chat, str):
+            raise ValueError(chat)
+        example = chat.as_example()
+        chat.rate("up")
+    except ERRORS as e:
+        return view(session, str(e))
+    session.code.append(
+        f'{NAMES[which]}.rate("up")  # {NAMES[which]}.as_example() becomes a row of '
+        "dragon.feedback().sft"
+    )
+    n = len(example["messages"])
+    return view(
+        session,
+        notice=f"Added the conversation ({n} messages) as a training example: "
+        "**Build SFT dataset** in the Feedback tab trains on it.",
+    )
+
+
+def start_edit(session: Session | None, which: int) -> tuple[Any, Any, Any]:
+    """Edit -> (edit box with the latest reply, Save edit button, error box)."""
+    chat = _chat(session, which)
+    if isinstance(chat, str) or not turns(chat):
+        message = chat if isinstance(chat, str) else "Nothing to edit: there is no reply yet."
+        return gr.skip(), gr.skip(), present.error_html(message)
+    reply = turns(chat)[-1]["content"]
+    return gr.update(value=reply, visible=True), gr.update(visible=True), ""
+
+
+def save_edit(session: Session | None, text: str, which: int) -> tuple[Any, ...]:
+    """Save edit -> the view, then (edit box, Save edit button) hidden on success."""
+    chat = _chat(session, which)
+    try:
+        if isinstance(chat, str):
+            raise ValueError(chat)
+        chat.edit(text)
+    except ERRORS as e:
+        return (*view(session, str(e)), gr.skip(), gr.skip())  # the edited text stays
+    session.code.append(f"{NAMES[which]}.edit({literal(text)})")
+    shown = view(session, notice=f"Edit saved for `{chat.model_name}`.")
+    return (*shown, gr.update(visible=False), gr.update(visible=False))
+
+
+def undo(session: Session | None) -> tuple[Any, ...]:
+    """Drop the last exchange of every conversation that has one."""
+    done = [i for i, c in enumerate(session.chats if session else []) if turns(c)]
+    if not done:
+        return view(session, "Nothing to undo: the conversation has no turns.")
+    for i in done:
+        session.chats[i].undo()
+        session.code.append(f"{NAMES[i]}.undo()")
+    return view(session)
+
+
+def reset(session: Session | None) -> tuple[Any, ...]:
+    """Forget every turn; the next message may go to another run, mode or backend."""
+    for i, chat in enumerate(session.chats if session else []):
+        chat.reset()
+        session.code.append(f"{NAMES[i]}.reset()")
+    return view(session)
+
+
+def save_transcript(session: Session | None) -> tuple[Any, ...]:
+    """-> (the view, the transcript files to download). Written outside the runs folder,
+    which the app never serves."""
+    if session is None or not any(turns(c) for c in session.chats):
+        return (*view(session, "Nothing to save yet: send a message first."), gr.skip())
+    folder = Path(tempfile.mkdtemp(prefix="dragonfarm-chat-"))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    paths = []
+    for i, chat in enumerate(session.chats):
+        name = f"chat-{stamp}{'-base' if chat.base and len(session.chats) > 1 else ''}.json"
+        paths.append(str(chat.save(folder / name)))
+        session.code.append(f"{NAMES[i]}.save({literal(name)})")
+    return (*view(session), gr.update(value=paths, visible=True))
+
+
+def run_choices(runs_dir: Path) -> list[tuple[str, str]]:
+    """Succeeded runs, newest first, after the no-run choice."""
+    table = dragon.runs(runs_dir)
+    done = table[table["state"] == "succeeded"]
+    return [
+        (NO_RUN, ""),
+        *((f"{r.id} ({r.name})", str(runs_dir / r.id)) for r in done.itertuples()),
+    ]
+
+
+def refresh_runs(runs_dir: Path, seen: int | None, current: str | None) -> tuple[Any, Any]:
+    """Timer tick -> (picker update, version seen). While nothing is picked (None), the newest
+    run is; a pick (the no-run choice included) stays while it is listed."""
+    version = watch.runs_version(runs_dir)
+    if version == seen:
+        return gr.skip(), gr.skip()
+    choices = run_choices(runs_dir)
+    values = [v for _, v in choices]
+    keep = current if current in values else (values[1] if len(values) > 1 else None)
+    return gr.update(choices=choices, value=keep), version
+
+
+def follow(runs_dir: Path, selected: str | None) -> Any:
+    """A run selected in another tab is picked here when it has finished."""
+    choices = run_choices(runs_dir)
+    if selected not in [v for _, v in choices[1:]]:
+        return gr.skip()
+    return gr.update(choices=choices, value=selected)
+
+
+def _column(i: int) -> dict[str, gr.Component]:
+    with gr.Column(visible=i == 0) as column:
+        bot = gr.Chatbot(
+            label="Chat" if i == 0 else "Base model", height=420, elem_id=f"chat-bot-{i}"
+        )
+        with gr.Row():
+            up = gr.Button("👍", size="sm", min_width=40, elem_id=f"chat-up-{i}")
+            down = gr.Button("👎", size="sm", min_width=40, elem_id=f"chat-down-{i}")
+            again = gr.Button("Regenerate", size="sm", elem_id=f"chat-regenerate-{i}")
+            edit = gr.Button("Edit", size="sm", elem_id=f"chat-edit-{i}")
+            example = gr.Button("Add as training example", size="sm", elem_id=f"chat-example-{i}")
+        box = gr.Textbox(
+            label="Edit the latest reply", lines=3, visible=False, elem_id=f"chat-edit-box-{i}"
+        )
+        save = gr.Button("Save edit", size="sm", visible=False, elem_id=f"chat-edit-save-{i}")
+    return {"column": column, "bot": bot, "up": up, "down": down, "again": again,
+            "edit": edit, "example": example, "box": box, "save": save}  # fmt: skip
+
+
+def build(ctx: AppContext) -> None:
+    with gr.Row():
+        picker = gr.Dropdown(
+            [(NO_RUN, "")], value=None, label="Talk to", scale=3, elem_id="chat-run",
+            allow_custom_value=True,  # choices follow the runs folder; Send checks the run
+            info="A finished run (the newest, until you pick one), or the Model tab's model.",
+        )  # fmt: skip
+        mode = gr.Radio(MODES, value="run", label="Answer with", scale=2, elem_id="chat-mode")
+    with gr.Accordion("System prompt and sampling", open=False):
+        system = gr.Textbox(label="System prompt", lines=2, elem_id="chat-system")
+        with gr.Row():
+            max_new = gr.Number(256, precision=0, label="Max new tokens", elem_id="chat-max-new")
+            temperature = gr.Slider(0, 2, 0.7, step=0.05, label="Temperature (0: greedy)")
+            top_p = gr.Slider(0.05, 1, 0.9, step=0.05, label="Top-p")
+            window = gr.Number(
+                0, precision=0, label="Context window (tokens; 0: none)", elem_id="chat-window",
+                info="Oldest turns are left out of what is sent so the prompt fits.",
+            )  # fmt: skip
+    with gr.Accordion("Backend", open=False):
+        backend = gr.Radio(BACKENDS, value="local", label="Backend", elem_id="chat-backend")
+        with gr.Row(visible=False) as server_box:
+            url = gr.Textbox(label="Server URL", placeholder="http://localhost:8000/v1")
+            served = gr.Textbox(label="Model", placeholder="the name the server serves")
+            key = gr.Textbox(label="API key (kept in memory only)", type="password")
+        with gr.Row(visible=False) as ollama_box:
+            ollama_model = gr.Textbox(label="Ollama model", placeholder="llama3.2")
+            ollama_url = gr.Textbox(OLLAMA_URL, label="Ollama URL")
+    with gr.Row():
+        columns = [_column(0), _column(1)]
+    with gr.Row():
+        message = gr.Textbox(
+            label="Message", placeholder="Ask something…", scale=5, elem_id="chat-message"
+        )
+        go = gr.Button("Send", variant="primary", scale=1, elem_id="chat-send")
+    with gr.Row():
+        back = gr.Button("Undo", size="sm", elem_id="chat-undo")
+        clear = gr.Button("Reset", size="sm", elem_id="chat-reset")
+        keep = gr.Button("Save transcript", size="sm", elem_id="chat-save")
+    notice = gr.Markdown(elem_id="chat-notice")
+    usage = gr.Markdown(elem_id="chat-usage")
+    error = gr.HTML(elem_id="chat-error")
+    transcript = gr.File(label="Transcript", file_count="multiple", visible=False)
+    code = gr.Code(
+        CODE_HINT, language="python", label="Python", interactive=False,
+        show_line_numbers=False, elem_id="chat-code",
+    )  # fmt: skip
+    session, seen = gr.State(None), gr.State(None)
+
+    shown = [columns[0]["bot"], columns[1]["bot"], session, message, notice, usage, code, error]
+    setup = [picker, mode, backend, url, served, key, ollama_model, ollama_url, system]
+    setup += [max_new, temperature, top_p, window]
+    talk = partial(send, runs_dir=ctx.runs_dir)
+    go.click(talk, [session, message, ctx.model, *setup], shown)
+    message.submit(talk, [session, message, ctx.model, *setup], shown)
+    back.click(undo, session, shown)
+    clear.click(reset, session, shown)
+    keep.click(save_transcript, session, [*shown, transcript])
+    for i, col in enumerate(columns):
+        col["up"].click(partial(rate, which=i, verdict="up"), session, shown)
+        col["down"].click(partial(rate, which=i, verdict="down"), session, shown)
+        col["again"].click(partial(regenerate, which=i), session, shown)
+        col["example"].click(partial(add_example, which=i), session, shown)
+        col["edit"].click(partial(start_edit, which=i), session, [col["box"], col["save"], error])
+        col["save"].click(
+            partial(save_edit, which=i), [session, col["box"]], [*shown, col["box"], col["save"]]
+        )
+    mode.change(lambda m: gr.update(visible=m == "both"), mode, columns[1]["column"])
+    backend.change(
+        lambda b: (gr.update(visible=b == "server"), gr.update(visible=b == "ollama")),
+        backend,
+        [server_box, ollama_box],
+    )
+    timer = gr.Timer(TICK_S)
+    timer.tick(
+        partial(refresh_runs, ctx.runs_dir), [seen, picker], [picker, seen], show_progress="hidden"
+    )
+    ctx.run.change(partial(follow, ctx.runs_dir), ctx.run, picker)
