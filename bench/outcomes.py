@@ -1,0 +1,222 @@
+"""python bench/outcomes.py [--stages sft,dpo,grpo] [--runs-dir DIR]
+
+Does post-training work? Three stages on the bundled model and the example tickets, each
+through the public API exactly as a user would run it, each measured on held-out rows:
+
+- sft: train on the tickets; held-out loss before (step 0: the untrained adapter) and after,
+  and how many greedy held-out replies follow the tickets' house style
+  (HOUSE_STYLE_PATTERN) for the base model and for the trained run.
+- dpo: pairs built from the tickets (chosen: the house-style reply; rejected: a rambling reply
+  with the same advice); held-out preference accuracy at the start (policy = reference, 0.5)
+  and at the end.
+- grpo: replies must open by citing a ticket id like T-1234 (two regex rewards: 0.3 for any
+  T-<digits>, 0.7 for a four-digit id); mean held-out reward of greedy replies before (adapter
+  off) and after.
+
+Each stage prints its before/after; the last line holds the key figures as key=value pairs,
+for example `sft_loss_drop=0.41 sft_style=0.92 dpo_pref_acc=0.86 grpo_reward=0.71`.
+Minutes on a laptop CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import dragonfarm_core as dragon  # noqa: E402
+from dragonfarm_core.data.example import HOUSE_STYLE_PATTERN  # noqa: E402
+from dragonfarm_core.runs import files  # noqa: E402
+
+MODEL = "dragonfarm/tiny-support"
+PROMPT = "{subject}\n\n{body}"
+CPU = dragon.Hardware(device="cpu")
+
+
+def style_rate(replies: list[str]) -> float:
+    return sum(re.search(HOUSE_STYLE_PATTERN, r) is not None for r in replies) / len(replies)
+
+
+def sft(runs_dir: Path, epochs: int = 15) -> dict[str, Any]:
+    ds = dragon.dataset(dragon.example_data()).map(prompt=PROMPT, response="reply").split(0.1)
+    held_out = [r["messages"][-2]["content"] for r in ds.split_records()[1]]
+    base_replies = dragon.generate(MODEL, held_out, temperature=0, max_new_tokens=256)
+    run = dragon.train(
+        ds,
+        MODEL,
+        lora=dragon.Lora(r=16, alpha=32),
+        args=dragon.TrainArgs(
+            epochs=epochs,
+            learning_rate=5e-3,
+            batch_size=4,
+            grad_accum=1,
+            max_seq_len=384,
+            logging_steps=20,
+        ),
+        hardware=CPU,
+        runs_dir=runs_dir,
+        n_samples=len(held_out),
+        name="outcomes-sft",
+        wait=True,
+    )
+    result = dragon.evaluate(
+        run,
+        n_samples=len(held_out),
+        metrics={"style": dragon.metric_regex(HOUSE_STYLE_PATTERN, ignore_case=False)},
+    )
+    ev = files.read_eval(run.dir)
+    before, after = ev["start_eval_loss"], ev["eval_loss"]
+    out = {
+        "run": run,
+        "held_out": len(held_out),
+        "loss_before": before,
+        "loss_after": after,
+        "loss_drop": 1 - after / before,
+        "style_base": style_rate(base_replies),
+        "style": result.metrics["style"],
+    }
+    print(
+        f"SFT ({len(held_out)} held-out tickets): loss {before:.3f} -> {after:.3f} "
+        f"({out['loss_drop']:.0%} lower); house style {out['style_base']:.0%} (base) -> "
+        f"{out['style']:.0%} (trained)",
+        flush=True,
+    )
+    return out
+
+
+def rambling(reply: str) -> str:
+    """The same advice as a house-style reply, told as one rambling paragraph."""
+    steps = [m.group(1).rstrip(".") for m in re.finditer(r"^\d\. (.+)$", reply, re.M)]
+    advice = ", and then maybe ".join(s[0].lower() + s[1:] for s in steps)
+    return (
+        "ok so this kind of thing happens sometimes and honestly it could be a few things, "
+        f"hard to say, but you could {advice}, or something like that. let us know i guess"
+    )
+
+
+def dpo(runs_dir: Path, epochs: int = 1) -> dict[str, Any]:
+    tickets = pd.read_csv(dragon.example_data())
+    frame = pd.DataFrame(
+        {
+            "prompt": [
+                PROMPT.format(subject=s, body=b)
+                for s, b in zip(tickets.subject, tickets.body, strict=True)
+            ],
+            "chosen": tickets.reply,
+            "rejected": [rambling(r) for r in tickets.reply],
+        }
+    )
+    pairs = (
+        dragon.dataset(frame, name="ticket-pairs")
+        .map_pairs(prompt="prompt", chosen="chosen", rejected="rejected")
+        .split(0.1)
+    )
+    run = dragon.prefer(
+        pairs,
+        MODEL,
+        method="dpo",
+        beta=0.1,
+        args=dragon.TrainArgs(
+            epochs=epochs,
+            learning_rate=5e-4,
+            batch_size=4,
+            grad_accum=1,
+            max_seq_len=384,
+            logging_steps=5,
+        ),
+        hardware=CPU,
+        runs_dir=runs_dir,
+        n_samples=2,
+        name="outcomes-dpo",
+        wait=True,
+    )
+    progress = run.progress()
+    before = float(progress["pref_acc"].dropna().iloc[0])
+    ev = files.read_eval(run.dir)
+    out = {"run": run, "pairs": ev["eval_pairs"], "before": before, "after": ev["pref_accuracy"]}
+    print(
+        f"DPO ({ev['eval_pairs']} held-out pairs): preference accuracy {before:.2f} -> "
+        f"{ev['pref_accuracy']:.2f}, reward margin {ev['reward_margin']:.2f}",
+        flush=True,
+    )
+    return out
+
+
+def grpo(runs_dir: Path, steps: int = 60) -> dict[str, Any]:
+    prompts = dragon.dataset(dragon.example_data()).map_prompts(prompt=PROMPT).split(0.1)
+    # Any "T-<digits>" earns a little; a well-formed four-digit id earns the rest.
+    rewards = [
+        dragon.reward("regex", pattern=r"\bT-\d+", name="cites_ticket", weight=0.3),
+        dragon.reward("regex", pattern=r"\bT-\d{4}\b", name="four_digit_id", weight=0.7),
+    ]
+    run = dragon.reinforce(
+        prompts,
+        MODEL,
+        rewards=rewards,
+        group_size=8,
+        beta=0.04,
+        max_new_tokens=12,
+        args=dragon.TrainArgs(
+            epochs=2,
+            learning_rate=2e-3,
+            batch_size=4,
+            grad_accum=1,
+            max_seq_len=160,
+            max_steps=steps,
+            logging_steps=5,
+        ),
+        hardware=CPU,
+        runs_dir=runs_dir,
+        n_samples=4,
+        name="outcomes-grpo",
+        wait=True,
+    )
+    ev = files.read_eval(run.dir)
+    out = {
+        "run": run,
+        "prompts": ev["eval_prompts"],
+        "before": ev["start_reward"],
+        "after": ev["reward"],
+    }
+    print(
+        f"GRPO ({ev['eval_prompts']} held-out prompts): mean reward {ev['start_reward']:.2f} "
+        f"-> {ev['reward']:.2f}",
+        flush=True,
+    )
+    return out
+
+
+STAGES = {"sft": sft, "dpo": dpo, "grpo": grpo}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stages", default="sft,dpo,grpo")
+    parser.add_argument("--runs-dir", type=Path, default=ROOT / "bench" / "out" / "outcomes")
+    opts = parser.parse_args()
+    figures: dict[str, float] = {}
+    for stage in opts.stages.split(","):
+        started = time.perf_counter()
+        out = STAGES[stage](opts.runs_dir)
+        print(f"  {stage}: {time.perf_counter() - started:.0f} s, run {out['run'].dir}", flush=True)
+        if stage == "sft":
+            figures |= {"sft_loss_drop": out["loss_drop"], "sft_style_base": out["style_base"],
+                        "sft_style": out["style"]}  # fmt: skip
+        elif stage == "dpo":
+            figures |= {"dpo_pref_acc_start": out["before"], "dpo_pref_acc": out["after"]}
+        else:
+            figures |= {"grpo_reward_start": out["before"], "grpo_reward": out["after"]}
+    dragon.worker_stop()
+    print(" ".join(f"{k}={v:.2f}" for k, v in figures.items()))
+
+
+if __name__ == "__main__":
+    main()
