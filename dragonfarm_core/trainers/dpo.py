@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from dragonfarm_core.runs import files
-from dragonfarm_core.trainers import checkpoint, lifecycle, modeling, pref_data
+from dragonfarm_core.trainers import lifecycle, modeling, pref_data
 from dragonfarm_core.trainers.batching import StepPlan, grouped_batches
 from dragonfarm_core.trainers.common import (
     RunReporter,
@@ -112,11 +112,7 @@ def train_loop(
             pref_data.log_progress(report, step=step, epoch=plan.epoch_at(step),
                                    elapsed_s=round(clock.elapsed(), 2),
                                    **pref_data.eval_columns(results))  # fmt: skip
-        cancelled = report.cancel_requested()
-        if step % args.save_steps == 0 or cancelled:
-            checkpoint.save_checkpoint(run_dir, model, opt, state, config.raw)
-        report.update(step=step, epoch=plan.epoch_at(step))
-        if cancelled:
+        if lifecycle.end_step(run_dir, report, config, model, opt, state, plan):
             return True
     return False
 

@@ -25,8 +25,8 @@ import torch
 from dragonfarm_core.reinforcement import ReinforceArgs
 from dragonfarm_core.rewards import Reward, RewardErrors, reward_names
 from dragonfarm_core.runs import files
-from dragonfarm_core.trainers import checkpoint, lifecycle, modeling
 from dragonfarm_core.trainers import grpo_rollout as rl
+from dragonfarm_core.trainers import lifecycle, modeling
 from dragonfarm_core.trainers.batching import grouped_batches
 from dragonfarm_core.trainers.common import (
     RunReporter,
@@ -130,11 +130,7 @@ def train_loop(
                 elapsed_s=round(state.elapsed_s, 2),
                 eta_s=clock.eta(step, plan.total_steps),
             )
-        cancelled = report.cancel_requested()
-        if step % args.save_steps == 0 or cancelled:
-            checkpoint.save_checkpoint(run_dir, model, opt, state, config.raw)
-        report.update(step=step, epoch=plan.epoch_at(step))
-        if cancelled:
+        if lifecycle.end_step(run_dir, report, config, model, opt, state, plan):
             return True
     return False
 

@@ -1,7 +1,7 @@
 """The start and the end every trainer shares (SFT, DPO/ORPO, GRPO).
 
     training = lifecycle.start(run_dir, report, config, placement, n_rows, truncated_rows)
-    cancelled = train_loop(..., training.model, training.opt, training.state, training.plan)
+    cancelled = train_loop(...)  # ends each step with lifecycle.end_step(...)
     metrics = lifecycle.stop(run_dir, report, training, cancelled)
     if metrics is None:        # cancelled: adapter and checkpoint saved, status written
         return "cancelled"
@@ -62,6 +62,24 @@ def start(
         truncated_rows=truncated_rows,
     )
     return Training(model, plan, opt, state, trainable, total)
+
+
+def end_step(
+    run_dir: Path,
+    report: RunReporter,
+    config: TrainConfig,
+    model: Any,
+    opt: Optimization,
+    state: TrainState,
+    plan: StepPlan,
+) -> bool:
+    """After each optimizer step: a checkpoint every save_steps and on a cancel request, the
+    step in status.json. True when the run was asked to stop."""
+    cancelled = report.cancel_requested()
+    if state.step % config.args.save_steps == 0 or cancelled:
+        checkpoint.save_checkpoint(run_dir, model, opt, state, config.raw)
+    report.update(step=state.step, epoch=plan.epoch_at(state.step))
+    return cancelled
 
 
 def stop(

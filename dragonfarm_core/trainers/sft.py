@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.trainers import checkpoint, evaluation, lifecycle, modeling, sft_data
+from dragonfarm_core.trainers import evaluation, lifecycle, modeling, sft_data
 from dragonfarm_core.trainers.batching import StepPlan, collate, grouped_batches
 from dragonfarm_core.trainers.common import (
     RunReporter,
@@ -101,11 +101,7 @@ def train_loop(
                 eval_loss=eval_loss,
                 elapsed_s=round(clock.elapsed(), 2),
             )
-        cancelled = report.cancel_requested()
-        if step % args.save_steps == 0 or cancelled:
-            checkpoint.save_checkpoint(run_dir, model, opt, state, config.raw)
-        report.update(step=step, epoch=plan.epoch_at(step))
-        if cancelled:
+        if lifecycle.end_step(run_dir, report, config, model, opt, state, plan):
             return True
     return False
 
