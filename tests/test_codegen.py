@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -10,27 +9,8 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core.codegen import code
-from dragonfarm_core.runs import files, launch, location
+from dragonfarm_core.runs import files, location
 from dragonfarm_core.runs.create import create_run
-
-
-@pytest.fixture
-def runs_root(tmp_path, monkeypatch) -> Path:
-    """Runs go to tmp; launching is stubbed (code() is about config.json, not training)."""
-    monkeypatch.delenv(location.ENV_VAR, raising=False)
-    monkeypatch.setattr(location, "_configured", None)
-    monkeypatch.setattr(launch, "start_run", lambda run_dir, **fields: 0)
-    root = tmp_path / "runs"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def model_dir(tmp_path) -> Path:
-    path = tmp_path / "Tiny-Model"
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    return path
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ path through the launcher: train, then prefer on top, then evaluate."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -13,32 +12,11 @@ import dragonfarm_core as dragon
 from dragonfarm_core.codegen import code
 from dragonfarm_core.evaluation import evaluate
 from dragonfarm_core.preference import prefer
-from dragonfarm_core.runs import files, launch, location
+from dragonfarm_core.runs import files
 from dragonfarm_core.settings import SettingsError
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
-
-
-@pytest.fixture
-def runs_root(tmp_path, monkeypatch) -> Path:
-    """Runs go to tmp; launching is stubbed (these tests are about what prefer() writes)."""
-    monkeypatch.delenv(location.ENV_VAR, raising=False)
-    monkeypatch.setattr(location, "_configured", None)
-    monkeypatch.setattr(launch, "start_run", lambda run_dir, **fields: 0)
-    # code(run) writes dragon.prefer(...); make it callable whether or not it is exported yet.
-    monkeypatch.setattr(dragon, "prefer", prefer, raising=False)
-    root = tmp_path / "runs"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def model_dir(tmp_path) -> Path:
-    path = tmp_path / "Tiny-Model"
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    return path
 
 
 def _pairs() -> dragon.Dataset:

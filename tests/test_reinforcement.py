@@ -6,7 +6,6 @@ from an SFT run, and test_rewards through the local worker.
 from __future__ import annotations
 
 import importlib.util
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,33 +20,12 @@ from dragonfarm_core.inference.protocol import Sampling
 from dragonfarm_core.reinforcement import ReinforceArgs, reinforce, rewards_code
 from dragonfarm_core.reinforcement import test_rewards as dry_run
 from dragonfarm_core.rewards import Reward, reward
-from dragonfarm_core.runs import files, launch, location
+from dragonfarm_core.runs import files, location
 from dragonfarm_core.settings import Hardware, SettingsError, TrainArgs
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 TICKET = r"T-\d{4}"
-
-
-@pytest.fixture
-def runs_root(tmp_path, monkeypatch) -> Path:
-    """Runs go to tmp; launching is stubbed (these tests are about the run directory)."""
-    monkeypatch.delenv(location.ENV_VAR, raising=False)
-    monkeypatch.setattr(location, "_configured", None)
-    monkeypatch.setattr(launch, "start_run", lambda run_dir, **fields: 0)
-    # until the public API exports it, the generated code needs dragon.reinforce
-    monkeypatch.setattr(dragon, "reinforce", reinforce, raising=False)
-    root = tmp_path / "runs"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def model_dir(tmp_path) -> Path:
-    path = tmp_path / "Tiny-Model"
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    return path
 
 
 def _tickets(n: int = 30) -> pd.DataFrame:

@@ -1,0 +1,30 @@
+"""Fixtures for the API tests at the top of tests/ (subfolders have their own conftest.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dragonfarm_core.runs import launch, location
+
+
+@pytest.fixture
+def runs_root(tmp_path, monkeypatch) -> Path:
+    """Runs go to tmp and launching is stubbed: for tests about what a run directory holds."""
+    monkeypatch.delenv(location.ENV_VAR, raising=False)
+    monkeypatch.setattr(location, "_configured", None)
+    monkeypatch.setattr(launch, "start_run", lambda run_dir, **fields: 0)
+    root = tmp_path / "runs"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def model_dir(tmp_path) -> Path:
+    """A local model folder as far as validation goes (nothing loads it)."""
+    path = tmp_path / "Tiny-Model"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    return path
