@@ -59,7 +59,9 @@ def make_adapter_run(model_dir: Path, runs_dir: Path) -> Path:
     files.write_config(
         run_dir,
         {
+            "schema": 1,
             "id": run_dir.name,
+            "method": "sft",
             "model": {"name": str(model_dir), "base": str(model_dir), "adapters": []},
         },
     )

@@ -50,18 +50,12 @@ class Placement:
         return str(self.dtype).removeprefix("torch.")
 
 
-def cpu_has_fast_bf16() -> bool:
-    """True where bf16 matmuls run on AMX or AVX512-BF16 units; elsewhere bf16 is emulated, slow."""
-    return torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
-
-
 def resolve_placement(hardware: Hardware) -> Placement:
     """Turn `Hardware` into a device and the dtype of the frozen base weights.
 
     auto: CUDA, then Apple MPS, then CPU. dtype auto: bf16 where the device has it, fp16 on
-    CUDA GPUs without bf16, and on a CPU bf16 frozen weights only when the CPU multiplies bf16
-    natively (AMX / AVX512-BF16: 1.7x per step, eval loss within 2 % of fp32, see
-    bench/train_throughput.py); fp32 otherwise.
+    CUDA GPUs without bf16, fp32 on a CPU (bf16 frozen weights ran 0.79x as fast there even on
+    a CPU with AMX, and used more memory: bench/train_throughput.py).
     """
     cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
     name = hardware.device
@@ -88,7 +82,7 @@ def resolve_placement(hardware: Hardware) -> Placement:
     elif name == "mps":
         dtype = torch.bfloat16
     else:
-        dtype = torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+        dtype = torch.float32
     return Placement(torch.device(name), dtype)
 
 
