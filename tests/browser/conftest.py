@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+import dragonfarm_core as dragon
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -106,3 +108,12 @@ def page(browser, app_server) -> Iterator:
     page.goto(app_server[0])
     yield page
     context.close()
+
+
+@pytest.fixture
+def no_trainer_left(app_server) -> Iterator[None]:
+    """Trainers run in their own session and outlive the app: stop any this test left going."""
+    yield
+    for run in dragon.runs(app_server[1]).itertuples():
+        if run.state in ("queued", "running"):
+            dragon.cancel(app_server[1] / run.id, timeout=10)

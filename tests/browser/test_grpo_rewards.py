@@ -6,7 +6,6 @@ curves appearing in the Monitor, and the finished run's rewards in the Evaluate 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -26,15 +25,6 @@ SETTINGS = {"trainargs-max_steps": "3", "trainargs-logging_steps": "1",
             "reinforceargs-group_size": "2", "reinforceargs-max_new_tokens": "16"}  # fmt: skip
 TRAINER_START_S = 90  # the trainer imports torch and loads the model before its first step
 WAIT_MS = 30_000  # for handlers that read or write a run (the default 5 s is for clicks)
-
-
-@pytest.fixture
-def no_trainer_left(app_server) -> Iterator[None]:
-    """Trainers run in their own session and outlive the app: stop any this test left going."""
-    yield
-    for run in dragon.runs(app_server[1]).itertuples():
-        if run.state in ("queued", "running"):
-            dragon.cancel(app_server[1] / run.id, timeout=10)
 
 
 def trace_points(page: Page, name: str) -> int:

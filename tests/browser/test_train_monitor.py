@@ -6,12 +6,10 @@ seeing the same cancelled run.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Page, expect
 
-import dragonfarm_core as dragon
 from dragonfarm_core.models import bundled_model_path
 
 # The figure's points as the browser holds them (plotly keeps the traces on its graph div).
@@ -25,15 +23,6 @@ SETTINGS = {"max_steps": "400", "logging_steps": "1", "batch_size": "2", "grad_a
             "max_seq_len": "256", "save_steps": "1000"}  # fmt: skip
 TRAINER_START_S = 60  # the trainer imports torch and loads the model before its first step
 WAIT_MS = 30_000  # for handlers that read or write a run (the default 5 s is for clicks)
-
-
-@pytest.fixture
-def no_trainer_left(app_server) -> Iterator[None]:
-    """Trainers run in their own session and outlive the app: stop any this test left going."""
-    yield
-    for run in dragon.runs(app_server[1]).itertuples():
-        if run.state in ("queued", "running"):
-            dragon.cancel(app_server[1] / run.id, timeout=10)
 
 
 def loss_points(page: Page) -> int:
