@@ -13,6 +13,7 @@ from dragonfarm_core.inference.protocol import (
     ModelSpec,
     OnToken,
     Sampling,
+    stream_reply,
 )
 
 DEFAULT_URL = "http://localhost:11434"
@@ -55,15 +56,8 @@ class OllamaBackend:
             if on_token is None:
                 response = client.chat(model=self.model, messages=messages, options=options)
                 return (response.message.content or "").strip()
-            pieces = []
-            for chunk in client.chat(
-                model=self.model, messages=messages, options=options, stream=True
-            ):
-                piece = chunk.message.content
-                if piece:
-                    pieces.append(piece)
-                    on_token(piece)
-            return "".join(pieces).strip()
+            chunks = client.chat(model=self.model, messages=messages, options=options, stream=True)
+            return stream_reply((c.message.content for c in chunks), on_token)
         except Exception as e:
             raise self._explain(e) from None
 
@@ -92,8 +86,7 @@ class OllamaBackend:
             if error.status_code == 404 or "not found" in str(error.error).lower():
                 return InferenceError(
                     f"Ollama at {self.url} has no model {self.model!r}: pull it with `ollama "
-                    f"pull {self.model}`, register a run with dragon.serve_ollama(run), or "
-                    "check `ollama list`."
+                    f"pull {self.model}`, or check `ollama list` for the names it has."
                 )
             status = f"HTTP {error.status_code}" if error.status_code > 0 else "an error"
             return InferenceError(f"Ollama at {self.url} answered {status}: {error.error}")

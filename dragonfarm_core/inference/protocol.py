@@ -8,7 +8,7 @@ checked once here so every backend gets valid values.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -127,3 +127,13 @@ def check_messages(messages: list[Message], where: str = "messages") -> list[Mes
     if out[-1]["role"] != "user":
         raise ValueError(f"{where} must end with a user turn, not {out[-1]['role']!r}.")
     return out
+
+
+def stream_reply(pieces: Iterable[str | None], on_token: OnToken) -> str:
+    """Pass each non-empty streamed piece to `on_token`; the whole reply, stripped."""
+    kept = []
+    for piece in pieces:
+        if piece:
+            kept.append(piece)
+            on_token(piece)
+    return "".join(kept).strip()

@@ -17,6 +17,7 @@ from dragonfarm_core.inference.protocol import (
     ModelSpec,
     OnToken,
     Sampling,
+    stream_reply,
 )
 
 # Requests in flight at once for a batch: servers such as vLLM batch them on their side.
@@ -100,13 +101,10 @@ class ServerBackend:
             if on_token is None:
                 response = client.chat.completions.create(**options)
                 return (response.choices[0].message.content or "").strip()
-            pieces = []
-            for chunk in client.chat.completions.create(**options, stream=True):
-                piece = chunk.choices[0].delta.content if chunk.choices else None
-                if piece:
-                    pieces.append(piece)
-                    on_token(piece)
-            return "".join(pieces).strip()
+            chunks = client.chat.completions.create(**options, stream=True)
+            return stream_reply(
+                (c.choices[0].delta.content if c.choices else None for c in chunks), on_token
+            )
         except Exception as e:
             raise self._explain(e) from None
 
