@@ -41,8 +41,11 @@ PROMPT = "{subject}\n\n{body}"
 CPU = dragon.Hardware(device="cpu")
 
 
+HOUSE_STYLE = dragon.metric_regex(HOUSE_STYLE_PATTERN, ignore_case=False)
+
+
 def style_rate(replies: list[str]) -> float:
-    return sum(re.search(HOUSE_STYLE_PATTERN, r) is not None for r in replies) / len(replies)
+    return sum(HOUSE_STYLE(r, "", "") for r in replies) / len(replies)
 
 
 def sft(runs_dir: Path, epochs: int = 15) -> dict[str, Any]:
@@ -70,7 +73,7 @@ def sft(runs_dir: Path, epochs: int = 15) -> dict[str, Any]:
     result = dragon.evaluate(
         run,
         n_samples=len(held_out),
-        metrics={"style": dragon.metric_regex(HOUSE_STYLE_PATTERN, ignore_case=False)},
+        metrics={"style": HOUSE_STYLE},
     )
     ev = files.read_eval(run.dir)
     before, after = ev["start_eval_loss"], ev["eval_loss"]
@@ -104,19 +107,10 @@ def rambling(reply: str) -> str:
 
 def dpo(runs_dir: Path, epochs: int = 1) -> dict[str, Any]:
     tickets = pd.read_csv(dragon.example_data())
-    frame = pd.DataFrame(
-        {
-            "prompt": [
-                PROMPT.format(subject=s, body=b)
-                for s, b in zip(tickets.subject, tickets.body, strict=True)
-            ],
-            "chosen": tickets.reply,
-            "rejected": [rambling(r) for r in tickets.reply],
-        }
-    )
+    tickets["rambling"] = [rambling(r) for r in tickets.reply]
     pairs = (
-        dragon.dataset(frame, name="ticket-pairs")
-        .map_pairs(prompt="prompt", chosen="chosen", rejected="rejected")
+        dragon.dataset(tickets, name="ticket-pairs")
+        .map_pairs(prompt=PROMPT, chosen="reply", rejected="rambling")
         .split(0.1)
     )
     run = dragon.prefer(
