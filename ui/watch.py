@@ -20,8 +20,11 @@ import os
 import threading
 import warnings
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import gradio as gr
 from watchdog.events import (
     DirCreatedEvent,
     DirDeletedEvent,
@@ -143,3 +146,21 @@ def runs_version(runs_dir: str | os.PathLike[str]) -> int:
         return -next(_fallback)
     with _lock:
         return _counts[root]
+
+
+def refresh_picker(
+    runs_dir: Path,
+    seen: int | None,
+    current: str | None,
+    choices: Callable[[Path], list[tuple[str, str]]],
+    fallback: Callable[[list[str]], str | None],
+) -> tuple[Any, Any]:
+    """A run picker's update -> (picker update, version seen). Reads the runs only when one
+    changed since `seen`; keeps `current` while it is listed, else `fallback(values)`."""
+    version = runs_version(runs_dir)
+    if version == seen:
+        return gr.skip(), gr.skip()
+    listed = choices(runs_dir)
+    values = [value for _, value in listed]
+    keep = current if current in values else fallback(values)
+    return gr.update(choices=listed, value=keep), version

@@ -238,13 +238,9 @@ def run_choices(runs_dir: Path) -> list[tuple[str, str]]:
 def refresh_runs(runs_dir: Path, seen: int | None, current: str | None) -> tuple[Any, Any]:
     """Timer tick -> (picker update, version seen). While nothing is picked (None), the newest
     run is; a pick (the no-run choice included) stays while it is listed."""
-    version = watch.runs_version(runs_dir)
-    if version == seen:
-        return gr.skip(), gr.skip()
-    choices = run_choices(runs_dir)
-    values = [v for _, v in choices]
-    keep = current if current in values else (values[1] if len(values) > 1 else None)
-    return gr.update(choices=choices, value=keep), version
+    return watch.refresh_picker(
+        runs_dir, seen, current, run_choices, lambda v: v[1] if len(v) > 1 else None
+    )
 
 
 def follow(runs_dir: Path, selected: str | None) -> Any:

@@ -144,13 +144,9 @@ def select(runs_dir: Path, wanted: str | None) -> Any:
 def refresh_choices(runs_dir: Path, seen: int | None, current: str | None) -> tuple[Any, Any]:
     """Timer tick -> (picker update, version seen): new runs appear in the picker; with
     nothing picked, the newest run is shown. Reads nothing while no run changed."""
-    version = watch.runs_version(runs_dir)
-    if version == seen:
-        return gr.skip(), gr.skip()
-    choices = run_choices(runs_dir)
-    values = [value for _, value in choices]
-    keep = current if current in values else (values[0] if values else None)
-    return gr.update(choices=choices, value=keep), version
+    return watch.refresh_picker(
+        runs_dir, seen, current, run_choices, lambda values: values[0] if values else None
+    )
 
 
 def build(ctx: AppContext) -> None:

@@ -372,12 +372,7 @@ def parent_choices(runs_dir: Path) -> list[tuple[str, str]]:
 def refresh_parents(runs_dir: Path, seen: int | None, current: str | None) -> tuple[Any, Any]:
     """The picker was opened -> (picker update, version seen); reads the runs only when one
     changed since the last look."""
-    version = watch.runs_version(runs_dir)
-    if version == seen:
-        return gr.skip(), gr.skip()
-    choices = parent_choices(runs_dir)
-    keep = current if current in [value for _, value in choices] else ""
-    return gr.update(choices=choices, value=keep), version
+    return watch.refresh_picker(runs_dir, seen, current, parent_choices, lambda values: "")
 
 
 def describe_model(model: ResolvedModel) -> str:
