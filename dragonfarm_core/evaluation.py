@@ -23,14 +23,13 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from dragonfarm_core.metrics import apply_metrics
 from dragonfarm_core.metrics import metrics as builtin_metrics
-from dragonfarm_core.runs import files
+from dragonfarm_core.runs import files, launch
 from dragonfarm_core.runs.run import Run, open_run
 
 RECOMPUTE_TIMEOUT_S = 3600.0
@@ -135,14 +134,6 @@ def _mean(values: list[float]) -> float | None:
     return sum(finite) / len(finite) if finite else None
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    package_parent = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM the evaluator's process group, SIGKILL it after a grace period."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -166,7 +157,7 @@ def recompute_evaluation(run: Run, n_samples: int, timeout: float = RECOMPUTE_TI
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=run.dir,
-            env=_child_env(),
+            env=launch.child_env(),
             start_new_session=True,
             close_fds=True,
         )

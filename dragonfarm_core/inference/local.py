@@ -32,9 +32,9 @@ from dragonfarm_core.inference.protocol import (
     OnToken,
     Sampling,
 )
+from dragonfarm_core.runs import launch
 
 WORKER_MODULE = "dragonfarm_core.inference.worker"
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 DEVICES = ("auto", "cuda", "mps", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 
@@ -62,13 +62,7 @@ class WorkerProcess:
         self.settings = (device, dtype)
         module = os.environ.get("DRAGONFARM_WORKER_MODULE", WORKER_MODULE)  # tests only
         argv = [sys.executable, "-m", module, "--device", device, "--dtype", dtype]
-        env = {
-            **os.environ,
-            "TOKENIZERS_PARALLELISM": "false",
-            "PYTHONPATH": os.pathsep.join(
-                p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p
-            ),
-        }
+        env = {**launch.child_env(), "TOKENIZERS_PARALLELISM": "false"}
         with open(log_path(), "a", encoding="utf-8") as log:
             log.write(f"--- starting {' '.join(argv)}\n")
             log.flush()

@@ -38,7 +38,7 @@ def trainer_command(run_dir: str | os.PathLike[str]) -> list[str]:
     return [sys.executable, "-m", "dragonfarm_core.trainers", str(run_dir)]
 
 
-def _child_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     """The caller's environment (HF_TOKEN and the like included), with this package importable."""
     env = dict(os.environ)
     package_parent = str(Path(__file__).resolve().parents[2])
@@ -74,7 +74,7 @@ def start_run(run_dir: str | os.PathLike[str], **status_fields: Any) -> int:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=run_dir,
-                env=_child_env(),
+                env=child_env(),
                 start_new_session=True,
                 close_fds=True,
             )
