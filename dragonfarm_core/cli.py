@@ -13,6 +13,8 @@ import argparse
 import json
 import sys
 
+from dragonfarm_core.http_guard import ALLOWED_HOSTS_HELP
+
 
 def _check(args: argparse.Namespace) -> int:
     from dragonfarm_core.environment import check
@@ -26,7 +28,13 @@ def _check(args: argparse.Namespace) -> int:
 def _app(args: argparse.Namespace) -> int:
     from ui.layout import launch
 
-    launch(runs_dir=args.runs_dir, host=args.host, port=args.port, profile=args.profile)
+    launch(
+        runs_dir=args.runs_dir,
+        host=args.host,
+        port=args.port,
+        profile=args.profile,
+        allowed_hosts=args.allowed_hosts,
+    )
     return 0
 
 
@@ -57,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=None, help="default: the profile's (127.0.0.1 locally)")
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--profile", default=None, choices=["local", "lab", "spaces"])
+    p.add_argument("--allowed-hosts", default=None, metavar="NAMES", help=ALLOWED_HOSTS_HELP)
     p.set_defaults(func=_app)
     p = sub.add_parser("runs", help="list runs, newest first")
     p.add_argument("--runs-dir", default=None)

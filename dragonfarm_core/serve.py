@@ -1,6 +1,7 @@
 """`dragonfarm serve`: a run or model as an OpenAI-compatible chat-completions API.
 
     dragonfarm serve RUN_OR_MODEL [--host 127.0.0.1] [--port 8000] [--name NAME] [--base]
+                     [--allowed-hosts NAMES]
 
 Then any OpenAI client talks to it, `dragon.backend_server` included:
 
@@ -10,7 +11,10 @@ Then any OpenAI client talks to it, `dragon.backend_server` included:
 Routes: `GET /v1/models`, `GET /v1/models/{id}`, `POST /v1/chat/completions` (with and
 without `stream`, server-sent events). Generation goes through the local worker, the same one
 `generate` and `chat` use, so the model is loaded once. There is no authentication: it binds
-to 127.0.0.1 unless told otherwise.
+to 127.0.0.1 unless told otherwise, answers only to its own host names (127.0.0.1, localhost,
+--host, --allowed-hosts / DRAGONFARM_ALLOWED_HOSTS), refuses a POST from another site's page
+(see http_guard), takes only `application/json` bodies (a page can send text/plain without
+asking first), and caps `max_tokens` at the model's context length.
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from dragonfarm_core import http_guard
 from dragonfarm_core.generation import target_for
 from dragonfarm_core.inference.local import backend_local
 from dragonfarm_core.inference.protocol import (
@@ -38,6 +44,18 @@ from dragonfarm_core.inference.protocol import (
     check_messages,
 )
 from dragonfarm_core.inference.target import Target
+
+# config.json keys that hold how many positions (prompt and reply together) a model attends to,
+# in the order transformers' own configs use them (Llama/Qwen, GPT-2, others).
+CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_sequence_length",
+    "seq_length",
+    "n_ctx",
+)
+# When the model does not say (a server backend, an unusual config): no reply may be longer.
+FALLBACK_CONTEXT = 32_768
 
 
 def error(
@@ -73,20 +91,73 @@ def read_messages(raw: Any) -> list[Message]:
     return check_messages(out)
 
 
-def read_sampling(body: dict[str, Any]) -> Sampling:
+def context_length(target: Target) -> int | None:
+    """How many tokens the target's model attends to, read from its config.json (no torch;
+    a multimodal model keeps it under text_config), or None when it is not known here."""
+    if target.spec is None:
+        return None
+    try:
+        config = json.loads((Path(target.spec.base) / "config.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    for section in (config, config.get("text_config")):
+        if not isinstance(section, dict):
+            continue
+        for key in CONTEXT_KEYS:
+            value = section.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def _number(body: dict[str, Any], key: str, default: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} must be a number, got {value!r}.")
+    return float(value)
+
+
+def read_max_tokens(body: dict[str, Any], limit: int | None) -> int:
+    """max_completion_tokens (or the older max_tokens): a whole number from 1 to the model's
+    context length, so no request can keep the worker generating for ever."""
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    value = body.get(key)
+    cap = limit or FALLBACK_CONTEXT
+    if value is None:
+        return min(Sampling().max_new_tokens, cap)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key} must be a whole number of tokens, got {value!r}.")
+    if value < 1:
+        raise ValueError(f"{key} = {value}; ask for 1 token or more.")
+    if value > cap:
+        whose = (
+            f"this model's context length is {cap} tokens"
+            if limit
+            else f"this server caps replies at {cap} tokens (the model's context length is "
+            "not known here)"
+        )
+        raise ValueError(f"{key} = {value} is too large: {whose}. Ask for at most {cap}.")
+    return value
+
+
+def read_sampling(body: dict[str, Any], limit: int | None = None) -> Sampling:
     default = Sampling()
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
     return Sampling(
-        max_new_tokens=max_tokens or default.max_new_tokens,
-        temperature=default.temperature
-        if body.get("temperature") is None
-        else float(body["temperature"]),
-        top_p=default.top_p if body.get("top_p") is None else float(body["top_p"]),
+        max_new_tokens=read_max_tokens(body, limit),
+        temperature=_number(body, "temperature", default.temperature),
+        top_p=_number(body, "top_p", default.top_p),
     )
 
 
-def read_request(body: Any, name: str) -> tuple[list[Message], Sampling] | JSONResponse:
-    """The conversation and settings of a chat-completions body, or the error to answer."""
+def read_request(
+    body: Any, name: str, limit: int | None = None
+) -> tuple[list[Message], Sampling] | JSONResponse:
+    """The conversation and settings of a chat-completions body, or the error to answer;
+    `limit` is the model's context length (None: unknown)."""
     if not isinstance(body, dict):
         return error(400, "The request body must be a JSON object.")
     if body.get("model") != name:
@@ -95,7 +166,7 @@ def read_request(body: Any, name: str) -> tuple[list[Message], Sampling] | JSONR
     if (body.get("n") or 1) != 1:
         return error(400, "n must be 1: this server returns one choice.")
     try:
-        return read_messages(body.get("messages")), read_sampling(body)
+        return read_messages(body.get("messages")), read_sampling(body, limit)
     except (ValueError, TypeError) as e:
         return error(400, str(e))
 
@@ -151,14 +222,32 @@ def stream(
     yield "data: [DONE]\n\n"
 
 
+def is_json(content_type: str | None) -> bool:
+    """application/json, with or without parameters (charset)."""
+    return (content_type or "").split(";", 1)[0].strip().lower() == "application/json"
+
+
 def build_app(
-    x: Any, backend: Backend | None = None, name: str | None = None, base: bool = False
+    x: Any,
+    backend: Backend | None = None,
+    name: str | None = None,
+    base: bool = False,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> FastAPI:
-    """The API for one run or model; `name` is the model id clients pass (default: its name)."""
+    """The API for one run or model; `name` is the model id clients pass (default: its name).
+    `allowed_hosts`: the host names it answers to (default: loopback and
+    DRAGONFARM_ALLOWED_HOSTS; see `http_guard.allowed_hosts`)."""
     backend = backend or backend_local()
     target = target_for(x, base, backend)
     name = name or target.name
-    app = FastAPI(title=f"dragonfarm: {name}", docs_url=None, redoc_url=None)
+    limit = context_length(target)
+    hosts = http_guard.allowed_hosts() if allowed_hosts is None else list(allowed_hosts)
+    app = FastAPI(
+        title=f"dragonfarm: {name}",
+        docs_url=None,
+        redoc_url=None,
+        middleware=http_guard.guard_middleware(hosts),
+    )
     card = {"id": name, "object": "model", "created": int(time.time()), "owned_by": "dragonfarm"}
 
     @app.get("/v1/models")
@@ -177,11 +266,19 @@ def build_app(
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(request: Request) -> Any:
+        # A page on another site may POST text/plain without a CORS preflight; JSON it may not.
+        if not is_json(request.headers.get("content-type")):
+            return error(
+                415,
+                "Send the request as JSON with the header Content-Type: application/json "
+                f"(got {request.headers.get('content-type') or 'no Content-Type'}).",
+                code="unsupported_media_type",
+            )
         try:
             body = await request.json()
         except ValueError:
             return error(400, "The request body is not JSON.")
-        checked = read_request(body, name)
+        checked = read_request(body, name, limit)
         if isinstance(checked, JSONResponse):
             return checked
         messages, sampling = checked
@@ -213,11 +310,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--name", default=None, help="model id clients pass (default: its name)")
     parser.add_argument("--base", action="store_true", help="serve a run's base model")
+    parser.add_argument(
+        "--allowed-hosts", default=None, metavar="NAMES", help=http_guard.ALLOWED_HOSTS_HELP
+    )
     args = parser.parse_args(argv)
     import uvicorn
 
     try:
-        app = build_app(args.model, name=args.name, base=args.base)
+        hosts = http_guard.allowed_hosts(args.host, args.allowed_hosts)
+        app = build_app(args.model, name=args.name, base=args.base, allowed_hosts=hosts)
     except (ValueError, OSError, TypeError) as e:
         print(f"dragonfarm serve: {e}", file=sys.stderr)
         return 2
@@ -230,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(
         f"Serving {served!r} at http://{args.host}:{args.port}/v1 (OpenAI-compatible). "
-        "Ctrl+C stops.",
+        f"{http_guard.describe(hosts)} Ctrl+C stops.",
         flush=True,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -30,16 +30,23 @@ class Profile:
     host: str  # the interface the server binds to
     max_upload_mb: int  # uploads larger than this are refused (by Gradio and by the Data tab)
     default_runs_dir: str  # used when neither --runs-dir nor DRAGONFARM_RUNS_DIR is given
+    # One request's uploads together are capped at max_upload_mb; a browser session's at this.
+    max_session_upload_mb: int = 4096
+    # Host names the app answers to besides loopback and its --host (see http_guard).
+    allowed_hosts: tuple[str, ...] = ()
 
 
 PROFILES: dict[str, Profile] = {
     "local": Profile("local", "127.0.0.1", 1024, "dragonfarm_runs"),
-    # A Space reaches the app through its proxy on 0.0.0.0:7860; /data is its persistent disk.
+    # A Space reaches the app through its proxy on 0.0.0.0:7860, under the name in SPACE_HOST
+    # (set by Hugging Face); /data is its persistent disk.
     "spaces": Profile(
         "spaces",
         "0.0.0.0",
         200,
         "/data/dragonfarm_runs" if Path("/data").is_dir() else "dragonfarm_runs",
+        max_session_upload_mb=1000,
+        allowed_hosts=tuple(filter(None, [os.environ.get("SPACE_HOST")])),
     ),
 }
 

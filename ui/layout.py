@@ -2,30 +2,132 @@
 
 Adding a tab is two lines here: import its module and list it in TABS. A tab module has a
 `TITLE` and a `build(ctx)` that creates its widgets and wires its events.
+
+However it is launched (`launch()` here, or `dragon.app(...).launch()` in a notebook), the app
+answers only to its own host names, takes changes only from its own pages, caps uploads per
+request and per session (dragonfarm_core.http_guard and .upload_caps, installed through
+Gradio's `app_kwargs`), and keeps Gradio's uploads in a folder of its own.
 """
 
 from __future__ import annotations
 
+import atexit
+import inspect
 import os
+import shutil
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
+from starlette.middleware import Middleware
 
+from dragonfarm_core import http_guard
 from dragonfarm_core.runs.files import UPLOADS_DIR
-from ui.context import app_runs_dir, get_profile, new_context
+from dragonfarm_core.upload_caps import UploadCaps
+from ui.context import Profile, app_runs_dir, get_profile, new_context
 from ui.tabs import chat, data, evaluate, feedback, mapping, model, monitor, runs, train
 
 TABS = (data, mapping, model, train, monitor, evaluate, chat, feedback, runs)
 THEME = gr.themes.Soft(primary_hue="emerald", neutral_hue="slate")
 HEADER = "## dragonfarm\nData in, columns mapped, model picked, trained, tried, improved."
+GRADIO_TEMP_ENV = "GRADIO_TEMP_DIR"
+TEMP_PREFIX = "dragonfarm-gradio-"
+_temp_dir: Path | None = None
 
 
-def build_app(runs_dir: str | os.PathLike[str], profile: str = "local") -> gr.Blocks:
-    """The app as a `gr.Blocks`, keeping its runs (and uploads) in `runs_dir`."""
+def gradio_temp_dir() -> Path:
+    """This process's own Gradio cache (uploads and every file the app serves), as
+    GRADIO_TEMP_DIR, so the app never serves another app's upload from a shared /tmp/gradio.
+
+    Gradio reads the variable when each component is created, when `launch()` creates its
+    server and on every upload it checks, so it is set before the first component and kept
+    for the process (two apps in one process share it). Not under the runs folder: that is in
+    `blocked_paths`, which would refuse every upload. A GRADIO_TEMP_DIR set by the user is the
+    folder this one is made in; the folder is removed when the process exits.
+    """
+    global _temp_dir
+    if _temp_dir is None or not _temp_dir.is_dir():
+        chosen = os.environ.get(GRADIO_TEMP_ENV)
+        base = Path(chosen) if chosen else Path(tempfile.gettempdir())
+        if base.name.startswith(TEMP_PREFIX):  # inherited from a parent app: not a base
+            base = base.parent
+        base.mkdir(parents=True, exist_ok=True)
+        _temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=base)).resolve()
+        atexit.register(shutil.rmtree, _temp_dir, True)
+    os.environ[GRADIO_TEMP_ENV] = str(_temp_dir)
+    return _temp_dir
+
+
+class DragonfarmApp(gr.Blocks):
+    """The app's `gr.Blocks`; its `launch()` installs what keeps other sites out."""
+
+    runs_dir: Path
+    profile: Profile
+
+    def hosts(
+        self, server_name: str | None, allowed_hosts: str | Sequence[str] | None
+    ) -> list[str]:
+        """The host names the app answers to when bound to `server_name` (Gradio's default
+        when None), with the profile's and `allowed_hosts` added."""
+        bound = server_name or os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1"
+        extra = [*self.profile.allowed_hosts, *http_guard.split_hosts(allowed_hosts)]
+        return http_guard.allowed_hosts(bound, extra)
+
+    def launch(  # type: ignore[override]
+        self, *args: Any, allowed_hosts: str | Sequence[str] | None = None, **kwargs: Any
+    ) -> Any:
+        """`gr.Blocks.launch`, plus `allowed_hosts`: host names to answer to besides
+        127.0.0.1, localhost, [::1] and `server_name` (a comma list or names; any port)."""
+        if kwargs.pop("ssr_mode", None) or kwargs.pop("num_workers", None):
+            raise ValueError(
+                "ssr_mode and num_workers put Gradio's Node server and file workers in front "
+                "of the app's host and upload checks; launch without them."
+            )
+        named = inspect.signature(gr.Blocks.launch).bind_partial(self, *args, **kwargs)
+        hosts = self.hosts(named.arguments.get("server_name"), allowed_hosts)
+        hint = (
+            f" (Set by the {self.profile.name!r} profile: max_upload_mb="
+            f"{self.profile.max_upload_mb}, max_session_upload_mb="
+            f"{self.profile.max_session_upload_mb}.)"
+        )
+        app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
+        app_kwargs["middleware"] = [
+            *http_guard.guard_middleware(hosts),
+            Middleware(
+                UploadCaps,
+                max_request_mb=self.profile.max_upload_mb,
+                max_session_mb=self.profile.max_session_upload_mb,
+                hint=hint,
+            ),
+            *app_kwargs.get("middleware", []),
+        ]
+        # The runs folder holds configs, adapters and uploads: never serve it, whatever a
+        # component returns (blocked_paths wins over every allowed path).
+        blocked = [str(self.runs_dir), *(kwargs.pop("blocked_paths", None) or [])]
+        kwargs.setdefault("max_file_size", f"{self.profile.max_upload_mb}mb")
+        gradio_temp_dir()
+        return super().launch(
+            *args,
+            app_kwargs=app_kwargs,
+            blocked_paths=blocked,
+            ssr_mode=False,  # the checks live in this Python server: nothing may answer first
+            num_workers=0,
+            **kwargs,
+        )
+
+
+def build_app(runs_dir: str | os.PathLike[str], profile: str | Profile = "local") -> DragonfarmApp:
+    """The app as a `gr.Blocks`, keeping its runs (and uploads) in `runs_dir`; `profile` is a
+    profile's name or a `Profile` (own upload caps, host names)."""
     folder = Path(runs_dir).expanduser().resolve()
     (folder / UPLOADS_DIR).mkdir(parents=True, exist_ok=True)
-    with gr.Blocks(title="dragonfarm", analytics_enabled=False) as app:
-        ctx = new_context(folder, get_profile(profile))
+    chosen = profile if isinstance(profile, Profile) else get_profile(profile)
+    gradio_temp_dir()  # before any component: each reads GRADIO_TEMP_DIR when created
+    with DragonfarmApp(title="dragonfarm", analytics_enabled=False) as app:
+        app.runs_dir, app.profile = folder, chosen
+        ctx = new_context(folder, chosen)
         gr.Markdown(HEADER, elem_id="df-header")
         gr.Markdown(f"Runs are saved in `{folder}`", elem_id="df-runs-dir")
         with gr.Tabs():
@@ -40,19 +142,20 @@ def launch(
     host: str | None = None,
     port: int | None = 7860,
     profile: str | None = None,
+    allowed_hosts: str | Sequence[str] | None = None,
 ) -> None:
     """Build the app for the profile and serve it until interrupted."""
     chosen = get_profile(profile)
     folder = app_runs_dir(runs_dir, chosen)
+    server_name = host or chosen.host
     print(f"dragonfarm: runs are saved in {folder}", flush=True)
-    build_app(folder, chosen.name).launch(
-        server_name=host or chosen.host,
+    app = build_app(folder, chosen.name)
+    print(f"dragonfarm: {http_guard.describe(app.hosts(server_name, allowed_hosts))}", flush=True)
+    app.launch(
+        server_name=server_name,
         server_port=port,
+        allowed_hosts=allowed_hosts,
         theme=THEME,
-        max_file_size=f"{chosen.max_upload_mb}mb",
-        # The runs folder holds configs, adapters and uploads: never serve it, whatever a
-        # component returns (blocked_paths wins over every allowed path).
-        blocked_paths=[str(folder)],
         run_history=False,  # Gradio 6 would otherwise keep every call in the browser
         enable_monitoring=False,
         mcp_server=False,
