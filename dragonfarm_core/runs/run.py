@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from dragonfarm_core.runs import files, launch, location
+from dragonfarm_core.runs import files, launch, location, refs
 
 PROGRESS_COLUMNS = ["step", "epoch", "loss", "eval_loss", "lr", "grad_norm", "elapsed_s", "eta_s"]
 
@@ -71,15 +71,19 @@ class Run:
         return self.status().get("state")
 
     def status(self) -> dict[str, Any]:
-        """status.json; a queued/running run whose process is gone is reported (and saved) failed."""
+        """status.json; a queued/running run whose process is gone is reported (and saved)
+        failed, a status.json that cannot be read is reported "damaged" (files.read_status)."""
         return launch.live_status(self.dir)
 
     def progress(self) -> pd.DataFrame:
         """One row per logged step: the standard columns, then any the method adds."""
         frame = pd.DataFrame(files.read_progress(self.dir))
         for column in PROGRESS_COLUMNS:
+            # errors="coerce": a value of the wrong type (a hand-edited file) shows as missing.
             frame[column] = (
-                pd.to_numeric(frame[column]) if column in frame else pd.Series(dtype="float64")
+                pd.to_numeric(frame[column], errors="coerce")
+                if column in frame
+                else pd.Series(dtype="float64")
             )
         extra = [c for c in frame.columns if c not in PROGRESS_COLUMNS]
         return frame[PROGRESS_COLUMNS + extra]
@@ -126,6 +130,8 @@ class Run:
             )
         elif state == "cancelled":
             message = f"Run {self.id} was cancelled. Resume it with dragon.resume(run)."
+        elif state == files.DAMAGED:
+            message = f"Run {self.id}: {status.get('error')}"
         elif state == "bundled":
             message = (
                 f"Run {self.id} is bundled to train on another machine; bring its "
@@ -175,7 +181,14 @@ def _show(bar: Any, status: dict[str, Any]) -> None:
 def open_run(
     dir: Run | str | os.PathLike[str], runs_dir: str | os.PathLike[str] | None = None
 ) -> Run:
-    """A run by its directory, or by its id within the runs directory."""
+    """A run by its directory, or by its id within the runs directory.
+
+    With `runs_dir` given, the run must be in it (or its archived/): a reference that resolves
+    elsewhere, `..` and symlinks included, is refused (refs.OutsideFolderError). Without it,
+    any run folder's path opens, as the manual's dragon_run(dir) does."""
+    if runs_dir is not None and str(runs_dir).strip():
+        found = refs.resolve_run(dir, runs_dir, archived=True)
+        return dir if isinstance(dir, Run) and dir.dir == found else Run(found)
     if isinstance(dir, Run):
         return dir
     path = Path(dir).expanduser()

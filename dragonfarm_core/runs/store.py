@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from dragonfarm_core.runs import files, launch, location
+from dragonfarm_core.runs import files, launch, location, refs
 from dragonfarm_core.runs.run import Run
 
 COLUMNS = [
@@ -34,52 +34,67 @@ COLUMNS = [
 FORCE_CANCEL_TIMEOUT_S = 10
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _final_loss(run_dir: Path, status: dict[str, Any]) -> float | None:
     loss = (status.get("metrics") or {}).get("train_loss")
-    if loss is not None:
+    if _is_number(loss):
         return loss
-    losses = [r["loss"] for r in files.read_progress(run_dir) if r.get("loss") is not None]
+    losses = [r["loss"] for r in files.read_progress(run_dir) if _is_number(r.get("loss"))]
     return losses[-1] if losses else None
 
 
 def _row(run_dir: Path) -> dict[str, Any]:
-    config = files.read_config(run_dir)
+    """One run's row. A damaged status.json shows as state "damaged" (live_status never raises
+    on it); a config.json that cannot be read any more leaves the config columns empty. Either
+    way the run stays listed, so it can be looked at, archived or deleted."""
     status = launch.live_status(run_dir)
+    try:
+        config = files.read_config(run_dir)
+        if not isinstance(config, dict):
+            raise ValueError(f"it holds a JSON {type(config).__name__}, not an object")
+    except (OSError, ValueError) as e:  # changed since is_run_dir read it
+        warnings.warn(
+            f"Run {run_dir}: its {files.CONFIG} cannot be read ({e}); it is listed without "
+            "its name, model and method.",
+            stacklevel=4,
+        )
+        config = {}
     started = files.parse_iso(status.get("started_at"))
     finished = files.parse_iso(status.get("finished_at"))
     if started and not finished and status.get("state") == "running":
         finished = datetime.now(UTC)
     parent = config.get("continued_from")
+    model = config.get("model")
     return {
         "id": config.get("id") or run_dir.name,
         "name": config.get("name"),
         "state": status.get("state"),
-        "model": (config.get("model") or {}).get("name"),
+        "model": model.get("name") if isinstance(model, dict) else None,
         "method": config.get("method"),
         "started": pd.Timestamp(started) if started else pd.NaT,
         "duration": (finished - started).total_seconds() if started and finished else None,
         "final_loss": _final_loss(run_dir, status),
-        "continued_from": Path(parent).name if parent else None,
-        "_created": config.get("created_at") or "",
+        "continued_from": Path(parent).name if isinstance(parent, str) and parent else None,
+        "_created": str(config.get("created_at") or ""),
     }
 
 
 def _table(root: Path) -> pd.DataFrame:
-    rows = []
-    for child in root.iterdir() if root.is_dir() else []:
-        if child.name in files.RESERVED or not files.is_run_dir(child):
-            continue
-        try:
-            rows.append(_row(child))
-        except (OSError, ValueError) as e:  # one damaged run must not hide the others
-            warnings.warn(
-                f"Skipping {child}: its {files.CONFIG} cannot be read ({e}).", stacklevel=3
-            )
+    rows = [
+        _row(child)
+        for child in (root.iterdir() if root.is_dir() else [])
+        # A symlink is never listed: every action on it would be refused (refs.resolve_run
+        # confines runs to this folder), and one into the folder would list a run twice.
+        if child.name not in files.RESERVED and not child.is_symlink() and files.is_run_dir(child)
+    ]
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
     frame = pd.DataFrame(rows).sort_values(["_created", "id"], ascending=False)
     frame["duration"] = pd.to_numeric(frame["duration"])
-    frame["final_loss"] = pd.to_numeric(frame["final_loss"])
+    frame["final_loss"] = pd.to_numeric(frame["final_loss"], errors="coerce")
     return frame[COLUMNS].reset_index(drop=True)
 
 
@@ -93,21 +108,30 @@ def archived_runs(runs_dir: str | os.PathLike[str] | None = None) -> pd.DataFram
     return _table(location.runs_dir(runs_dir) / files.ARCHIVED_DIR)
 
 
+def _given(runs_dir: Any) -> bool:
+    """Whether a runs directory was passed (as location.runs_dir reads it: blank is none)."""
+    return runs_dir is not None and bool(str(runs_dir).strip())
+
+
 def _locate(run: Any, runs_dir: Any, archived: bool) -> Path:
-    """A run's folder from a Run, a path, or an id (in runs_dir, then archived/ if allowed)."""
+    """A run's folder from a Run, a path, or an id (in runs_dir, then archived/ if allowed).
+
+    With `runs_dir` given, only a run inside it counts: refs.resolve_run refuses a reference
+    that resolves elsewhere (`..`, a path outside, a symlink out). Without it, any run folder's
+    path is taken, as the manual says, and an id is looked up in the default runs directory."""
+    if _given(runs_dir):
+        return refs.resolve_run(run, runs_dir, archived=archived)
     if isinstance(run, Run):
         return run.dir
     if files.is_run_dir(run):
         return Path(run).expanduser().resolve()
-    root = location.runs_dir(runs_dir)
-    places = [root / str(run)] + ([root / files.ARCHIVED_DIR / str(run)] if archived else [])
-    for place in places:
-        if files.is_run_dir(place):
-            return place
-    raise FileNotFoundError(
-        f"No run {str(run)!r} in {' or '.join(str(p.parent) for p in places)}."
-        " dragon.runs() and dragon.archived_runs() list the runs."
-    )
+    try:
+        return refs.resolve_run(run, location.runs_dir(None), archived=archived)
+    except refs.OutsideFolderError:  # a path, not an id: it is simply not a run
+        raise FileNotFoundError(
+            f"{run} is not a run directory: it has no {files.CONFIG}. "
+            "dragon.runs() and dragon.archived_runs() list the runs."
+        ) from None
 
 
 def _home(run_dir: Path) -> Path:
@@ -164,9 +188,27 @@ def archive_run(
     return run_dir.name
 
 
+def _archived_inside(id: Any, root: Path) -> Path:
+    """The archived run `id` names, confined to `root` (refs.resolve_run): an id is looked up
+    in archived/ first, so a run of the same id back in `root` does not hide it."""
+    if isinstance(id, str) and len(Path(id).parts) == 1:
+        source = refs.resolve_inside(Path(files.ARCHIVED_DIR) / id, root, "runs directory")
+        if files.is_run_dir(source):
+            return source
+    try:
+        return refs.resolve_run(id, root, archived=True)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"No archived run {str(id)!r} in {root / files.ARCHIVED_DIR}; "
+            "dragon.archived_runs() lists them."
+        ) from None
+
+
 def unarchive_run(id: Any, runs_dir: str | os.PathLike[str] | None = None) -> str:
     """Move an archived run back exactly as it was. Returns its id."""
-    if isinstance(id, Run) or files.is_run_dir(id):
+    if _given(runs_dir):
+        source = _archived_inside(id, location.runs_dir(runs_dir))
+    elif isinstance(id, Run) or files.is_run_dir(id):
         source = Path(id).resolve()
     else:
         source = location.runs_dir(runs_dir) / files.ARCHIVED_DIR / str(id)

@@ -73,8 +73,12 @@ def test_only_runs_that_have_ended_are_listed(mapped, model, runs_dir: Path, sft
     assert evaluate.select(runs_dir, str(queued)) == SKIP  # not finished: stays as it was
 
 
-def test_an_sft_run_shows_loss_samples_metrics_and_code(sft_run):
-    out = outputs(evaluate.run_evaluation(str(sft_run.dir), ["exact"], r"^T-\d{4}", 2, False))
+def test_an_sft_run_shows_loss_samples_metrics_and_code(sft_run, runs_dir: Path):
+    out = outputs(
+        evaluate.run_evaluation(
+            str(sft_run.dir), ["exact"], r"^T-\d{4}", 2, False, runs_dir=runs_dir
+        )
+    )
     assert out["error"] == ""
     assert out["summary"].startswith(f"**Run `{sft_run.id}`** (SFT): 2 samples")
     measures = dict(zip(out["measures"]["measure"], out["measures"]["value"], strict=True))
@@ -93,7 +97,7 @@ def test_an_sft_run_shows_loss_samples_metrics_and_code(sft_run):
     ev = run_snippet(out["code"])["ev"]
     assert ev.run_id == sft_run.id and ev.metrics == {"exact": 0.5, r"regex:^T-\d{4}": 0.5}
     # Without metrics, the means stored earlier come back.
-    out = outputs(evaluate.run_evaluation(str(sft_run.dir), [], "", 1, False))
+    out = outputs(evaluate.run_evaluation(str(sft_run.dir), [], "", 1, False, runs_dir=runs_dir))
     assert len(out["samples"]) == 1 and out["metrics"]["visible"] is True
     assert "metrics=" not in out["code"]
 
@@ -104,7 +108,7 @@ def test_a_grpo_run_shows_its_rewards_beside_the_start_model(tickets, model, run
     run = dragon.reinforce(prompts, model, rewards, group_size=2, max_new_tokens=16,
                            runs_dir=runs_dir, wait=True)  # fmt: skip
     with pytest.warns(UserWarning, match="is its evaluation, and it has none yet"):
-        out = outputs(evaluate.run_evaluation(str(run.dir), [], "", 10, False))
+        out = outputs(evaluate.run_evaluation(str(run.dir), [], "", 10, False, runs_dir=runs_dir))
     assert (
         out["summary"] == SKIP
         and "only sft, dpo, orpo runs can be evaluated again" in (out["error"])
@@ -114,7 +118,9 @@ def test_a_grpo_run_shows_its_rewards_beside_the_start_model(tickets, model, run
                "step": 6}  # fmt: skip
     files.write_eval(run.dir, results)
     files.write_samples(run.dir, [s | {"reward": 1.0} for s in SAMPLES])
-    out = outputs(evaluate.run_evaluation(str(run.dir), ["contains"], "", 10, False))
+    out = outputs(
+        evaluate.run_evaluation(str(run.dir), ["contains"], "", 10, False, runs_dir=runs_dir)
+    )
     assert out["error"] == "" and "(GRPO)" in out["summary"]
     assert out["measures"].values.tolist() == [
         ["mean reward (total)", "1.2", "0.4"],
@@ -124,19 +130,21 @@ def test_a_grpo_run_shows_its_rewards_beside_the_start_model(tickets, model, run
     ]
     assert list(out["measures"].columns)[-1] == "model it started from"
     with pytest.warns(UserWarning, match="grpo run"):
-        out = outputs(evaluate.run_evaluation(str(run.dir), [], "", 10, True))
+        out = outputs(evaluate.run_evaluation(str(run.dir), [], "", 10, True, runs_dir=runs_dir))
     assert "only sft, dpo, orpo runs can be evaluated again" in out["error"]
 
 
 def test_refusals_are_shown(sft_run, mapped, model, runs_dir: Path):
     with pytest.warns(UserWarning):
-        out = outputs(evaluate.run_evaluation(None, [], "", 10, False))
+        out = outputs(evaluate.run_evaluation(None, [], "", 10, False, runs_dir=runs_dir))
     assert out["summary"] == SKIP and evaluate.NO_RUN in out["error"]
     with pytest.warns(UserWarning, match="not a valid regex"):
-        out = outputs(evaluate.run_evaluation(str(sft_run.dir), [], "(", 10, False))
+        out = outputs(
+            evaluate.run_evaluation(str(sft_run.dir), [], "(", 10, False, runs_dir=runs_dir)
+        )
     assert "metric_regex: pattern" in out["error"]
     with pytest.warns(UserWarning, match="Samples is empty"):
-        evaluate.run_evaluation(str(sft_run.dir), [], "", None, False)
+        evaluate.run_evaluation(str(sft_run.dir), [], "", None, False, runs_dir=runs_dir)
     queued = create.create_run("sft", mapped, model, runs_dir=runs_dir)
     with pytest.warns(UserWarning, match="still queued"):
-        evaluate.run_evaluation(str(queued), [], "", 10, False)
+        evaluate.run_evaluation(str(queued), [], "", 10, False, runs_dir=runs_dir)

@@ -54,8 +54,8 @@ def until(predicate, timeout: float = 20) -> None:
         time.sleep(0.05)
 
 
-def test_nothing_selected_says_where_to_start():
-    shown = view(monitor.show(None))
+def test_nothing_selected_says_where_to_start(tmp_path: Path):
+    shown = view(monitor.show(None, runs_dir=tmp_path))
     assert monitor.NO_RUN in shown["header"]
     assert shown["cancel"]["interactive"] is False and shown["resume"]["interactive"] is False
     assert shown["samples"]["visible"] is False
@@ -64,7 +64,7 @@ def test_nothing_selected_says_where_to_start():
 def test_a_finished_run_shows_its_curve_log_samples_and_code(mapped, model, runs_dir: Path):
     run = dragon.train(mapped, model, runs_dir=runs_dir, wait=True)
     files.write_samples(run.dir, SAMPLES)  # the real trainer writes these; the fake one does not
-    shown = view(monitor.show(str(run.dir)))
+    shown = view(monitor.show(str(run.dir), runs_dir=runs_dir))
     assert shown["header"].startswith("**succeeded**") and run.id in shown["header"]
     assert "step 6 / 6 (100%)" in shown["bar"]
     loss = shown["chart"].data[0]
@@ -81,15 +81,15 @@ def test_a_finished_run_shows_its_curve_log_samples_and_code(mapped, model, runs
 def test_a_tick_reads_nothing_until_the_run_changes(mapped, model, runs_dir: Path):
     run = dragon.train(mapped, model, runs_dir=runs_dir, wait=True)
     watch.run_version(run.dir)  # watching starts here: the trainer's writes are all done
-    seen = view(monitor.show(str(run.dir)))["seen"]
+    seen = view(monitor.show(str(run.dir), runs_dir=runs_dir))["seen"]
     time.sleep(0.3)
-    assert monitor.tick(str(run.dir), seen) == (SKIP,) * 10
+    assert monitor.tick(str(run.dir), seen, runs_dir=runs_dir) == (SKIP,) * 10
     files.append_progress(run.dir, {"step": 7, "loss": 0.1})
     until(lambda: watch.run_version(run.dir) != seen.version)
-    shown = view(monitor.tick(str(run.dir), seen))
+    shown = view(monitor.tick(str(run.dir), seen, runs_dir=runs_dir))
     assert list(shown["chart"].data[0].x)[-1] == 7
     # Another run picked: read at once, whatever the counters say.
-    assert monitor.tick(None, shown["seen"])[0] != SKIP
+    assert monitor.tick(None, shown["seen"], runs_dir=runs_dir)[0] != SKIP
 
 
 def _dead_pid() -> int:
@@ -107,9 +107,9 @@ def test_a_dead_trainer_is_noticed_on_the_liveness_interval(mapped, model, runs_
     files.update_status(run_dir, state="running", pid=_dead_pid(), pid_create_time=1.0)
     version = watch.run_version(run_dir)
     fresh = monitor.Seen(str(run_dir), version, time.monotonic(), active=True)
-    assert monitor.tick(str(run_dir), fresh) == (SKIP,) * 10
+    assert monitor.tick(str(run_dir), fresh, runs_dir=runs_dir) == (SKIP,) * 10
     due = monitor.Seen(str(run_dir), version, time.monotonic() - monitor.LIVENESS_S, active=True)
-    shown = view(monitor.tick(str(run_dir), due))
+    shown = view(monitor.tick(str(run_dir), due, runs_dir=runs_dir))
     assert shown["header"].startswith("**failed**") and "interrupted" in shown["header"]
     assert shown["resume"]["interactive"] is True and shown["seen"].active is False
 
@@ -120,22 +120,22 @@ def test_cancel_then_resume(mapped, model, runs_dir: Path, monkeypatch: pytest.M
     monkeypatch.setenv("FAKE_TRAINER_SAVE_EVERY", "1000")  # the cancel saves one
     run = dragon.train(mapped, model, runs_dir=runs_dir)
     until(lambda: (run.status().get("step") or 0) >= 2)
-    assert view(monitor.show(str(run.dir)))["cancel"]["interactive"] is True
-    shown = view(monitor.cancel(str(run.dir)))
+    assert view(monitor.show(str(run.dir), runs_dir=runs_dir))["cancel"]["interactive"] is True
+    shown = view(monitor.cancel(str(run.dir), runs_dir=runs_dir))
     assert shown["header"].startswith("**cancelled**") and shown["error"] == ""
     assert shown["resume"]["interactive"] is True and shown["cancel"]["interactive"] is False
 
     monkeypatch.setenv("FAKE_TRAINER_STEPS", "8")  # a short rest after the checkpoint
-    shown = view(monitor.resume(str(run.dir)))
+    shown = view(monitor.resume(str(run.dir), runs_dir=runs_dir))
     assert shown["error"] == "" and shown["header"].split("**")[1] in ("queued", "running")
     run.wait(timeout=30)
     with pytest.warns(UserWarning):
-        refused = view(monitor.resume(str(run.dir)))
+        refused = view(monitor.resume(str(run.dir), runs_dir=runs_dir))
     assert "already succeeded" in refused["error"]
 
 
 def test_a_run_that_went_away_says_so(runs_dir: Path):
-    shown = view(monitor.show(str(runs_dir / "20260101-000000-gone")))
+    shown = view(monitor.show(str(runs_dir / "20260101-000000-gone"), runs_dir=runs_dir))
     assert "is gone (archived or deleted)" in shown["header"]
 
 
@@ -152,7 +152,7 @@ def test_the_picker_lists_runs_newest_first_and_defaults_to_the_newest(
     assert update["value"] == str(second)
     assert monitor.refresh_choices(runs_dir, seen, str(first)) == (SKIP, SKIP)
     assert monitor.select(runs_dir, str(first))["value"] == str(first)
-    assert monitor.pick(str(first)) == str(first)
+    assert monitor.pick(str(first), runs_dir=runs_dir) == str(first)
 
 
 def test_a_grpo_run_shows_its_reward_curves(tickets, model, runs_dir: Path):
@@ -166,7 +166,7 @@ def test_a_grpo_run_shows_its_reward_curves(tickets, model, runs_dir: Path):
             run.dir, {"step": step, "loss": 0.0, "reward": step / 10, "reward_contains": 0.5,
                       "reward_short": step / 20, "kl": 0.01 * step, "lr": 1e-5},
         )  # fmt: skip
-    chart = view(monitor.show(str(run.dir)))["chart"]
+    chart = view(monitor.show(str(run.dir), runs_dir=runs_dir))["chart"]
     curves = {trace.name: (list(trace.x), list(trace.y)) for trace in chart.data}
     assert curves["reward (total)"] == ([1, 2, 3, 4, 5, 6, 7, 8], [0.5] * 6 + [0.7, 0.8])
     assert curves["contains reward"] == ([7, 8], [0.5, 0.5])

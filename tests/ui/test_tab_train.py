@@ -444,11 +444,11 @@ def test_grpo_settings_are_checked_naming_the_field(prompts, model, runs_dir: Pa
     assert dragon.runs(runs_dir).empty
 
 
-def test_the_dry_run_scores_sampled_completions(prompts, model):
+def test_the_dry_run_scores_sampled_completions(prompts, model, runs_dir: Path):
     backend = ScriptedBackend(["Reset it (1).", "Reset it (1)." + " and more" * 9])
     rl = with_values(group_size=2, max_new_tokens=16, temperature=0.7)[train.N_SETTINGS :]
     table, summary, code, message = train.dry_run(
-        prompts, model, "", TWO_REWARDS, *rl, backend=backend
+        prompts, model, "", TWO_REWARDS, *rl, backend=backend, runs_dir=runs_dir
     )
     assert message == ""
     frame = table["value"]
@@ -469,23 +469,27 @@ def test_the_dry_run_scores_sampled_completions(prompts, model):
     pd.testing.assert_frame_equal(again, frame)
 
 
-def test_the_dry_run_says_what_is_missing(mapped, prompts, model, tmp_path: Path):
+def test_the_dry_run_says_what_is_missing(mapped, prompts, model, tmp_path: Path, runs_dir: Path):
     backend = ScriptedBackend(["same"])
     rl = default_values()[train.N_SETTINGS :]
-    out = train.dry_run(prompts, model, "", [], *rl, backend=backend)
+    out = train.dry_run(prompts, model, "", [], *rl, backend=backend, runs_dir=runs_dir)
     assert out[:3] == (SKIP,) * 3 and "Add a reward first" in out[3]
-    out = train.dry_run(mapped, model, "", TWO_REWARDS, *rl, backend=backend)
+    out = train.dry_run(mapped, model, "", TWO_REWARDS, *rl, backend=backend, runs_dir=runs_dir)
     assert "Prompts for RL (GRPO)" in out[3]
     no_reference = dragon.dataset(prompts.frame).map_prompts(prompt="question")
-    out = train.dry_run(no_reference, model, "", [dragon.reward("exact")], *rl, backend=backend)
+    out = train.dry_run(
+        no_reference, model, "", [dragon.reward("exact")], *rl, backend=backend, runs_dir=runs_dir
+    )
     assert "compare completions with a reference answer" in out[3]
     # Every completion alike: the summary says GRPO could learn nothing from these prompts.
     table, summary, _, message = train.dry_run(prompts, model, "", TWO_REWARDS, *rl,
-                                               backend=backend)  # fmt: skip
+                                               backend=backend, runs_dir=runs_dir)  # fmt: skip
     assert message == "" and "3 of 3 prompts gave all their completions the same total" in summary
     broken = tmp_path / "broken.py"
     broken.write_text("def reward(prompt, completion, reference, row):\n    return 1 / 0\n")
     custom = [dragon.reward("custom", file=str(broken))]
-    _, summary, _, message = train.dry_run(prompts, model, "", custom, *rl, backend=backend)
+    _, summary, _, message = train.dry_run(
+        prompts, model, "", custom, *rl, backend=backend, runs_dir=runs_dir
+    )
     assert "Warning: Reward 'custom' failed on 12 of 12" in summary
     assert "ZeroDivisionError" in summary

@@ -7,7 +7,8 @@ ratings and edits are saved as feedback events, which the Feedback tab turns int
 data. The run, mode and backend are fixed for a conversation (Reset to change them); the
 system prompt and sampling settings apply to the next turn. The code panel lists the calls made.
 What a conversation is with, opening it and its code panel are `ui.chat_session`'s; this module
-holds the widgets and the handlers.
+holds the widgets and the handlers. The run picker takes any text; Send resolves it in the app's
+runs dir (`refs.resolve_run`), so a run (or any folder) outside it is refused, never loaded.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.inference.ollama import DEFAULT_URL as OLLAMA_URL
 from dragonfarm_core.models import ResolvedModel
+from dragonfarm_core.runs import refs
 from ui import present, watch
 from ui.chat_session import CODE_HINT, NAMES, Session, chat_code, prepare, read_setup, stream, turns
 from ui.context import AppContext
@@ -102,6 +104,7 @@ def send(
         yield view(session, "Type a message first.")
         return
     try:
+        run = str(refs.resolve_run(run, runs_dir)) if run else run  # refuses one outside
         session = prepare(session, read_setup(run, model, *rest), runs_dir)
     except ERRORS as e:
         yield view(session, str(e))  # the message stays in its box

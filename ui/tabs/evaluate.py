@@ -3,7 +3,8 @@
 One call of `dragon.evaluate`: it reads what training wrote at its end (eval.json and
 samples.json), or measures again with the saved adapter when asked or when more samples are
 wanted than were written (in a subprocess: this process never loads a model). Chosen metrics
-score the sample replies and are stored in the run, so the means stay with it.
+score the sample replies and are stored in the run, so the means stay with it. The picked run
+is resolved in the app's runs dir (`refs.resolve_run`): one outside it is refused, not evaluated.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
+from dragonfarm_core.runs import refs
 from ui import present, watch
 from ui.context import AppContext
 
@@ -78,11 +80,14 @@ def run_evaluation(
     pattern: str | None,
     n_samples: float | None,
     recompute: bool,
+    *,
+    runs_dir: Path,
 ) -> tuple[Any, ...]:
     """Evaluate -> (summary, measures table, metrics table, samples table, code, error box)."""
     try:
         if not run_dir:
             raise ValueError(NO_RUN)
+        run_dir = str(refs.resolve_run(run_dir, runs_dir))  # refuses a run outside runs_dir
         if n_samples is None:
             raise ValueError("Samples is empty; enter how many sample replies to show.")
         n = int(n_samples)
@@ -169,7 +174,7 @@ def build(ctx: AppContext) -> None:
     seen = gr.State(None)
 
     go.click(
-        run_evaluation,
+        partial(run_evaluation, runs_dir=ctx.runs_dir),
         [picker, names, pattern, n_samples, recompute],
         [summary, measures, metrics, samples, code, error],
     )

@@ -5,6 +5,10 @@ same run. A `gr.Timer` ticks every second; a tick compares the run's change coun
 (`ui.watch`, fed by filesystem events) with the one this page last saw and reads nothing when
 they match. A queued or running run is re-read every LIVENESS_S anyway: a trainer that died
 writes nothing, and reading its status is what notices that (and reports it failed).
+
+The picker takes any text (its choices follow the runs folder), so every handler resolves it
+with `refs.resolve_run` against the app's runs dir first: a run outside it is refused on the
+page, and is never read, watched, cancelled or resumed.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import gradio as gr
 import pandas as pd
 
 import dragonfarm_core as dragon
-from dragonfarm_core.runs import files
+from dragonfarm_core.runs import files, refs
 from ui import charts, present, watch
 from ui.context import AppContext
 
@@ -38,6 +42,7 @@ SCROLL_LOG = """() => setTimeout(() => {
     if (box) box.scrollTop = box.scrollHeight;
 }, 50)"""
 NO_RUN = "No run selected: start one in the Train tab, or open one in the Runs tab."
+REFUSED = "Pick one of the listed runs."
 
 
 @dataclass(frozen=True)
@@ -56,22 +61,48 @@ def run_choices(runs_dir: Path) -> list[tuple[str, str]]:
     return [(f"{r.id} ({r.state})", str(runs_dir / r.id)) for r in table.itertuples()]
 
 
-def _empty(message: str, seen: Seen) -> tuple[Any, ...]:
+def _empty(message: str, seen: Seen, error: str = "") -> tuple[Any, ...]:
     off = gr.update(interactive=False)
     hidden = gr.update(visible=False)
-    return message, "", charts.progress_figure(pd.DataFrame()), "", hidden, "", off, off, "", seen
+    chart = charts.progress_figure(pd.DataFrame())
+    return message, "", chart, "", hidden, "", off, off, present.error_html(error), seen
 
 
-def show(run_dir: str | None, message: str = "") -> tuple[Any, ...]:
+def _version(run_dir: str, runs_dir: Path) -> int | None:
+    """The change counter of the folder `run_dir` names in the runs dir (there or not yet);
+    None for one outside it: a folder a page names elsewhere is never watched."""
+    try:
+        return watch.run_version(refs.resolve_inside(run_dir, runs_dir, "runs directory"))
+    except refs.OutsideFolderError:
+        return None
+
+
+def _samples(run_dir: Path, message: str) -> tuple[list[dict[str, Any]], str]:
+    """samples.json's rows, and the message to show: a damaged file is said, not raised."""
+    try:
+        samples = files.read_samples(run_dir) or []
+    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
+        problem = f"{files.SAMPLES} cannot be read ({e}); the samples are not shown."
+        return [], "\n".join(m for m in (message, problem) if m)
+    rows = samples if isinstance(samples, list) else []
+    return [s for s in rows if isinstance(s, dict)], message
+
+
+def show(run_dir: str | None, message: str = "", *, runs_dir: Path) -> tuple[Any, ...]:
     """Read a run -> (header, progress bar, chart, log, samples, code, cancel button, resume
-    button, error box, seen)."""
+    button, error box, seen). A run outside `runs_dir` is refused, with nothing read."""
     if not run_dir:
         return _empty(present.hint_html(NO_RUN), Seen(None, None, time.monotonic(), False))
-    version = watch.run_version(run_dir)  # before reading: a write during the read shows next tick
-    if not files.is_run_dir(run_dir):
+    version = _version(run_dir, runs_dir)  # before reading: a write during the read shows next tick
+    try:
+        found = refs.resolve_run(run_dir, runs_dir)
+    except FileNotFoundError:
         gone = f"Run {Path(run_dir).name} is gone (archived or deleted); pick another run."
         return _empty(present.hint_html(gone), Seen(run_dir, version, time.monotonic(), False))
-    run = dragon.open_run(run_dir)
+    except ValueError as e:  # outside the runs dir (refs.OutsideFolderError), or blank
+        seen = Seen(run_dir, version, time.monotonic(), False)
+        return _empty(present.hint_html(REFUSED), seen, str(e))
+    run = dragon.open_run(found)
     status, progress = run.status(), run.progress()
     state = status.get("state")
     etas = progress["eta_s"].dropna()
@@ -80,8 +111,8 @@ def show(run_dir: str | None, message: str = "") -> tuple[Any, ...]:
     bar = charts.progress_html(
         state, step, status.get("total_steps"), etas.iloc[-1] if len(etas) else None
     )
-    samples = files.read_samples(run.dir) if state == "succeeded" else None
-    shown = gr.update(value=present.samples_table(samples or []), visible=bool(samples))
+    samples, message = _samples(run.dir, message) if state == "succeeded" else ([], message)
+    shown = gr.update(value=present.samples_table(samples), visible=bool(samples))
     return (
         present.run_header(run.config, status),
         bar,
@@ -96,42 +127,48 @@ def show(run_dir: str | None, message: str = "") -> tuple[Any, ...]:
     )
 
 
-def tick(run_dir: str | None, seen: Seen | None) -> tuple[Any, ...]:
+def tick(run_dir: str | None, seen: Seen | None, *, runs_dir: Path) -> tuple[Any, ...]:
     """Timer tick: read the run only if its files changed, or it is active and LIVENESS_S old."""
     if seen is not None and seen.run == run_dir:
-        unchanged = run_dir is None or watch.run_version(run_dir) == seen.version
+        unchanged = run_dir is None or _version(run_dir, runs_dir) == seen.version
         due = seen.active and time.monotonic() - seen.read_at >= LIVENESS_S
         if unchanged and not due:
             return (gr.skip(),) * 10
-    return show(run_dir)
+    return show(run_dir, runs_dir=runs_dir)
 
 
-def cancel(run_dir: str | None) -> tuple[Any, ...]:
+def cancel(run_dir: str | None, *, runs_dir: Path) -> tuple[Any, ...]:
     """Cancel: the trainer stops after its current step and keeps a checkpoint."""
     if not run_dir:
-        return show(None)
+        return show(None, runs_dir=runs_dir)
     try:
-        dragon.cancel(run_dir, timeout=CANCEL_TIMEOUT_S)
-    except (FileNotFoundError, RuntimeError) as e:
-        return show(run_dir, str(e))
-    return show(run_dir)
+        dragon.cancel(refs.resolve_run(run_dir, runs_dir), timeout=CANCEL_TIMEOUT_S)
+    except (FileNotFoundError, RuntimeError, ValueError) as e:
+        return show(run_dir, str(e), runs_dir=runs_dir)
+    return show(run_dir, runs_dir=runs_dir)
 
 
-def resume(run_dir: str | None) -> tuple[Any, ...]:
+def resume(run_dir: str | None, *, runs_dir: Path) -> tuple[Any, ...]:
     """Resume a failed or cancelled run from its newest checkpoint; returns at once."""
     if not run_dir:
-        return show(None)
+        return show(None, runs_dir=runs_dir)
     try:
-        dragon.resume(run_dir)
+        dragon.resume(refs.resolve_run(run_dir, runs_dir))
     except (FileNotFoundError, RuntimeError, ValueError) as e:
         gr.Warning(html.escape(str(e)))
-        return show(run_dir, str(e))
-    return show(run_dir)
+        return show(run_dir, str(e), runs_dir=runs_dir)
+    return show(run_dir, runs_dir=runs_dir)
 
 
-def pick(run_dir: str | None) -> str | None:
-    """A run picked here becomes the selected run for the other tabs too."""
-    return run_dir
+def pick(run_dir: str | None, *, runs_dir: Path) -> Any:
+    """A run picked here becomes the selected run for the other tabs too (one in the runs dir
+    only: anything else leaves the selection as it was)."""
+    if not run_dir:
+        return run_dir
+    try:
+        return str(refs.resolve_run(run_dir, runs_dir))
+    except (FileNotFoundError, ValueError):
+        return gr.skip()
 
 
 def select(runs_dir: Path, wanted: str | None) -> Any:
@@ -190,15 +227,16 @@ def build(ctx: AppContext) -> None:
 
     view = [header, bar, chart, log, samples, code, stop, again, error, seen]
     quiet = {"show_progress": "hidden"}
-    picker.change(show, picker, view, **quiet)
-    picker.input(pick, picker, ctx.run)
+    inside = {"runs_dir": ctx.runs_dir}  # every handler resolves the picked run in it
+    picker.change(partial(show, **inside), picker, view, **quiet)
+    picker.input(partial(pick, **inside), picker, ctx.run)
     ctx.run.change(partial(select, ctx.runs_dir), ctx.run, picker)
-    timer.tick(tick, [picker, seen], view, **quiet)
+    timer.tick(partial(tick, **inside), [picker, seen], view, **quiet)
     timer.tick(
         partial(refresh_choices, ctx.runs_dir), [seen_runs, picker], [picker, seen_runs], **quiet
     )
     stop.click(lambda: gr.update(value="Cancelling…", interactive=False), None, stop).then(
-        cancel, picker, view
+        partial(cancel, **inside), picker, view
     )
-    again.click(resume, picker, view)
+    again.click(partial(resume, **inside), picker, view)
     log.change(None, None, None, js=SCROLL_LOG)

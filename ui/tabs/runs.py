@@ -1,7 +1,9 @@
 """The Runs tab: every run as a table; open one in the Monitor, archive, unarchive or delete it.
 
 Archive and delete go through `dragon.archive_run` / `dragon.delete_run`, which refuse a run
-that is queued or running, or that another run continues from; the refusal is shown as is.
+that is queued or running, or that another run continues from; the refusal is shown as is. The
+pickers take any text (their choices follow the runs folder), so every action names the runs dir:
+the API then refuses a run outside it (`refs.resolve_run`), and nothing outside is touched.
 For the continues-from case the tab offers force (the other runs then lose their starting
 point). Delete needs a tick in "I understand" first: it removes the files for good. The tables
 follow the runs folder through `ui.watch`, so runs started elsewhere appear by themselves.
@@ -18,7 +20,7 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
-from dragonfarm_core.runs import files, store
+from dragonfarm_core.runs import files, refs, store
 from ui import present, watch
 from ui.context import AppContext
 
@@ -72,6 +74,14 @@ def _done(message: str, code: str) -> tuple[str, Any, Any, str]:
     return present.hint_html(message), cleared, False, code
 
 
+def _found(run_id: str, runs_dir: Path, archived: bool = False) -> Path | None:
+    """The folder `run_id` names inside the runs dir, or None (a run elsewhere gets no offer)."""
+    try:
+        return refs.resolve_run(run_id, runs_dir, archived=archived)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def _refused(error: Exception, run_dir: Path | None) -> tuple[str, Any, Any, Any]:
     """Show the API's refusal; offer force when other runs continue from this one."""
     gr.Warning(html.escape(str(error)))
@@ -86,9 +96,13 @@ def no_force() -> Any:
 
 def open_in_monitor(run_id: str | None, runs_dir: Path) -> tuple[Any, str]:
     """Open -> (selected run, message). The Monitor tab follows the selected run."""
-    if not run_id or not files.is_run_dir(runs_dir / run_id):
+    if not run_id:
         return gr.skip(), present.error_html("Pick a run in the table first.")
-    return str(runs_dir / run_id), present.hint_html(f"Opened {run_id}: see the Monitor tab.")
+    try:
+        run_dir = refs.resolve_run(run_id, runs_dir)
+    except (FileNotFoundError, ValueError) as e:
+        return gr.skip(), present.error_html(str(e))
+    return str(run_dir), present.hint_html(f"Opened {run_dir.name}: see the Monitor tab.")
 
 
 def archive(run_id: str | None, force: bool, runs_dir: Path) -> tuple[Any, ...]:
@@ -98,7 +112,7 @@ def archive(run_id: str | None, force: bool, runs_dir: Path) -> tuple[Any, ...]:
     try:
         done = dragon.archive_run(run_id, runs_dir=runs_dir, force=force)
     except ACTION_ERRORS as e:
-        return _refused(e, runs_dir / run_id)
+        return _refused(e, _found(run_id, runs_dir))
     code = _code("archive_run", done, runs_dir, force)
     return _done(f"Archived {done}; it is listed under Archived runs.", code)
 
@@ -113,7 +127,7 @@ def delete(run_id: str | None, confirmed: bool, force: bool, runs_dir: Path) -> 
     try:
         done = dragon.delete_run(run_id, runs_dir=runs_dir, force=force)
     except ACTION_ERRORS as e:
-        return _refused(e, runs_dir / run_id)
+        return _refused(e, _found(run_id, runs_dir, archived=True))
     return _done(f"Deleted {done}.", _code("delete_run", done, runs_dir, force))
 
 
@@ -138,7 +152,7 @@ def build(ctx: AppContext) -> None:
     )
     with gr.Row():
         # Choices follow the runs folder; a value no longer listed reaches the API, which
-        # names the missing run.
+        # names the missing run, and refuses one outside the runs folder.
         chosen = gr.Dropdown(
             [], label="Run", scale=3, allow_custom_value=True, elem_id="runs-chosen"
         )

@@ -9,6 +9,8 @@ their values back into the dataclasses. Start calls `dragon.train`, `dragon.pref
 becomes the selected run, which the Monitor tab follows. GRPO's rewards come from the rewards
 builder (`ui.rewards_builder`), and the dry run scores a few sampled completions with them
 (`dragon.test_rewards`) before any training. The code panel's Python is `ui.train_code`'s.
+The "continue from" picker takes any text; Start, the dry run and the code panel resolve it in
+the app's runs dir (`refs.resolve_run`), so a run outside it is refused and never shown as code.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dragonfarm_core import preference, reinforcement
 from dragonfarm_core.models import ResolvedModel
 from dragonfarm_core.reinforcement import ReinforceArgs
 from dragonfarm_core.rewards import Reward, reward_names
+from dragonfarm_core.runs import refs
 from dragonfarm_core.runs.create import METHOD_KINDS
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from ui import present, watch
@@ -71,6 +74,7 @@ NOT_SHOWN = frozenset({"extra"})  # free-form trainer keywords: Python only
 NO_PARENT = "(none: start from the model chosen in the Model tab)"
 CODE_HINT = "# Map a dataset in the Mapping tab; the Python that trains on it appears here."
 NO_REWARDS_HINT = "# Add a reward in the rewards builder; the Python that starts GRPO appears here."
+PARENT_HINT = "# Pick the run to continue from in the list; the Python for it appears here."
 DRY_RUN_PROMPTS = 3
 START_ERRORS = (ValueError, TypeError, OSError, RuntimeError)
 
@@ -231,16 +235,23 @@ def switch_method(old: str | None, new: str, *args_values: Any) -> tuple[Any, ..
     return (*boxes, *updates, new)
 
 
+def parent_run(parent: str | None, runs_dir: Path) -> str | None:
+    """The picked "continue from" run's folder in the runs dir, or None when none is picked.
+    Raises OutsideFolderError (a ValueError) for one outside, FileNotFoundError for one gone."""
+    return str(refs.resolve_run(parent, runs_dir)) if parent else None
+
+
 # ---- the dry run -------------------------------------------------------------------------------
 
 
 def dry_run(
     mapped: dragon.Dataset | None, model: ResolvedModel, parent: str | None,
-    rewards: list[Reward] | None, *values: Any, backend: Any = None,
+    rewards: list[Reward] | None, *values: Any, backend: Any = None, runs_dir: Path,
 ) -> tuple[Any, ...]:  # fmt: skip
     """Dry run -> (score table, summary, code, message): `group_size` completions for each of
     the first DRY_RUN_PROMPTS prompts, sampled as GRPO will, scored by the rewards."""
     try:
+        parent = parent_run(parent, runs_dir)
         if mapped is None:
             raise ValueError("No mapped dataset yet: map one as prompts in the Mapping tab.")
         problem = kind_problem("grpo", mapped)
@@ -293,6 +304,10 @@ def preview_code(
         return "# " + problem, ""  # the note under the method says it, in red
     if method == "grpo" and not rewards:
         return NO_REWARDS_HINT, ""
+    try:
+        parent = parent_run(parent, runs_dir)
+    except (FileNotFoundError, ValueError) as e:  # never a call for a run it cannot use
+        return PARENT_HINT, present.error_html(str(e))
     try:
         settings, method_args = _read(method, beta, rewards, values)
     except (SettingsError, ValueError) as e:
@@ -351,7 +366,7 @@ def start(
         if problem:
             raise ValueError(problem)
         settings, method_args = _read(method, beta, rewards, values)
-        base = dragon.open_run(parent) if parent else model
+        base = dragon.open_run(parent_run(parent, runs_dir)) if parent else model
         name = (name or "").strip() or None
         run = launch(method, mapped, base, settings, name, runs_dir, method_args)
     except START_ERRORS as e:
@@ -444,7 +459,7 @@ def build(ctx: AppContext) -> None:
     )
     gr.on([method.change, ctx.mapped.change], kind_note, [method, ctx.mapped], note)
     dry_inputs = [ctx.mapped, ctx.model, parent, builder.rewards, *rl_widgets]
-    builder.dry_run.click(dry_run, dry_inputs, builder.dry_outputs)
+    builder.dry_run.click(partial(dry_run, runs_dir=ctx.runs_dir), dry_inputs, builder.dry_outputs)
     ctx.model.change(describe_model, ctx.model, model_text)
     # Succeeded runs are listed when the picker is opened: no timer for a rarely used list.
     parent.focus(partial(refresh_parents, ctx.runs_dir), [seen, parent], [parent, seen])
