@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from dragonfarm_core.runs import launch, location
+
+# This test session gets its own machine-wide training queue (runs/queue.py), so its trainers
+# never wait for, or hold up, real trainings or another session's. Child processes receive an
+# allow-listed environment (launch.child_env): the stand-in trainer's and worker's knobs are
+# added to the list.
+os.environ["DRAGONFARM_QUEUE_DIR"] = tempfile.mkdtemp(prefix="dragonfarm-test-queue-")
+atexit.register(shutil.rmtree, os.environ["DRAGONFARM_QUEUE_DIR"], True)
+os.environ["DRAGONFARM_PASS_ENV"] = "FAKE_TRAINER_*,FAKE_WORKER_*"
 
 
 @pytest.fixture

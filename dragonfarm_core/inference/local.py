@@ -6,6 +6,9 @@ lines over its stdin/stdout; a reader thread turns its output into a queue, so e
 a timeout. A worker that dies mid-request is started again and the request retried once; a
 second death, or silence past the timeout, is an `InferenceError` that quotes the worker log.
 `worker_stop()` ends it and frees its memory (GPU included); the next call starts it again.
+The worker gets the allow-listed environment of every child process (`launch.child_env`), and
+its log (in the temp folder, readable by this user only) is removed by `worker_stop()`, which
+also runs at exit; logs left by sessions that were killed are removed when a worker starts.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from dragonfarm_core.inference.protocol import (
     InferenceError,
@@ -43,8 +48,26 @@ class WorkerDied(Exception):
     """The worker process ended while a request was waiting for it."""
 
 
-def log_path() -> Path:
-    return Path(tempfile.gettempdir()) / f"dragonfarm-worker-{os.getpid()}.log"
+LOG_PREFIX = "dragonfarm-worker-"
+
+
+def log_path(pid: int | None = None) -> Path:
+    return Path(tempfile.gettempdir()) / f"{LOG_PREFIX}{os.getpid() if pid is None else pid}.log"
+
+
+def _open_log() -> Any:
+    """This session's log, for appending; created private, never through a planted symlink."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+    return os.fdopen(os.open(log_path(), flags, 0o600), "a", encoding="utf-8")
+
+
+def _remove_stale_logs() -> None:
+    """Remove the logs of sessions that ended without removing theirs (killed, crashed)."""
+    for path in Path(tempfile.gettempdir()).glob(f"{LOG_PREFIX}*.log"):
+        pid = path.stem[len(LOG_PREFIX) :]
+        if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def log_tail(n: int = 15) -> str:
@@ -63,7 +86,8 @@ class WorkerProcess:
         module = os.environ.get("DRAGONFARM_WORKER_MODULE", WORKER_MODULE)  # tests only
         argv = [sys.executable, "-m", module, "--device", device, "--dtype", dtype]
         env = {**launch.child_env(), "TOKENIZERS_PARALLELISM": "false"}
-        with open(log_path(), "a", encoding="utf-8") as log:
+        _remove_stale_logs()
+        with _open_log() as log:
             log.write(f"--- starting {' '.join(argv)}\n")
             log.flush()
             self.proc = subprocess.Popen(
@@ -100,6 +124,7 @@ class WorkerProcess:
             except json.JSONDecodeError:  # never expected: prints are sent to the log
                 continue
         self.events.put(None)
+        self.proc.wait()  # its output ended with it: reap it now, not at the next call
 
     def _next(self, timeout: float) -> dict[str, Any]:
         try:
@@ -171,13 +196,15 @@ def _discard(grace: float = 5.0) -> None:
 
 
 def worker_stop() -> bool:
-    """Stop the local worker and free its memory; True if one was running.
+    """Stop the local worker, free its memory and remove its log; True if one was running.
 
-    The next generation call starts it again.
+    The next generation call starts it again. Runs at exit too.
     """
     with _lock:
         was_running = _worker is not None and _worker.proc.poll() is None
         _discard()
+        with contextlib.suppress(OSError):
+            log_path().unlink()
         return was_running
 
 

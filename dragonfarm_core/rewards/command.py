@@ -1,67 +1,37 @@
 """The "command" reward: score a completion by running a program on it (a test suite, a linter).
 
-The completion is untrusted text written by a model in training, so the program runs:
+The completion is untrusted text written by a model in training, so the program runs (see
+`runner` for how):
 - from an argv list, never through a shell: the completion's text never reaches a command line;
   it goes to stdin, or into a file whose path replaces each argument that is exactly
   "{completion_file}";
-- in a fresh temporary working directory, with API keys and tokens removed from its environment;
-- in its own process group, killed as a whole (grandchildren too) at the timeout, and as soon as
-  the program itself exits, so a leftover background process cannot hold the reward up;
+- in a fresh temporary working directory, with the allow-listed environment of every child
+  process (`launch.child_env`: no tokens, no API keys, nothing unlisted);
+- started by a helper process that holds no secret and is not a descendant of the app or the
+  trainer, so no process the program can walk up to holds a secret in its environment;
+- in its own process group, killed as a whole (grandchildren too) at the timeout and as soon as
+  the program itself exits, and then, on Linux, everything it left behind (double-forked or in a
+  session of its own) is killed too: a leftover background process cannot hold the reward up;
 - with stdout and stderr read incrementally and only their last 64 KiB kept.
 
 It is not a sandbox: the program can read and write what the user running the training can.
-A process that starts its own session (setsid) escapes the group kill.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import selectors
 import shlex
 import shutil
-import signal
-import subprocess
-import tempfile
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any
 
 from dragonfarm_core.metrics import last_number
+from dragonfarm_core.rewards import runner
 from dragonfarm_core.rewards.errors import RewardError
 
-COMPLETION_FILE_TOKEN = "{completion_file}"
-# Inside the command's working directory. A test-file name, so that `pytest` run there collects
-# it even without the token (the manual's example); Python tools and most others accept it too.
-COMPLETION_FILE_NAME = "test_completion.py"
-OUTPUT_CAP = 64 * 1024
-# After the program exits, how long its pipes may stay open (held by a leftover grandchild).
-EXIT_GRACE_S = 0.5
-_READ_CHUNK = 64 * 1024
-# Substrings of environment variable names that may hold a secret (checked case-insensitively).
-SECRET_MARKERS = (
-    "KEY",
-    "TOKEN",
-    "SECRET",
-    "PASSWORD",
-    "PASSWD",
-    "CREDENTIAL",
-    "AUTH",
-    "COOKIE",
-    "HF_",
-    "HUGGING",
-    "OPENAI",
-    "ANTHROPIC",
-    "AWS_",
-    "AZURE",
-    "GOOGLE",
-    "GITHUB",
-    "GH_",
-    "WANDB",
-    "DATABASE_URL",
-)
+COMPLETION_FILE_TOKEN = runner.COMPLETION_FILE_TOKEN
+COMPLETION_FILE_NAME = runner.COMPLETION_FILE_NAME
+OUTPUT_CAP = runner.OUTPUT_CAP
 
 
 def parse_command(command: str | Sequence[str]) -> tuple[str, ...]:
@@ -116,20 +86,6 @@ def check_command(argv: Sequence[str], input: str) -> None:
         )
 
 
-def scrubbed_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment minus every variable whose name suggests a secret.
-
-    >>> sorted(scrubbed_env({"PATH": "/bin", "OPENAI_API_KEY": "sk", "HF_TOKEN": "x"}))
-    ['PATH']
-    """
-    environ = os.environ if environ is None else environ
-    return {
-        k: v
-        for k, v in environ.items()
-        if not any(marker in k.upper() for marker in SECRET_MARKERS)
-    }
-
-
 @dataclass(frozen=True)
 class CommandResult:
     """What one run of the command did: exit code (None when killed at the timeout), the last
@@ -142,134 +98,11 @@ class CommandResult:
     truncated: bool
 
 
-class _Tail:
-    """The last `cap` bytes written to a pipe; memory stays bounded whatever the program prints."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap, self.data, self.truncated = cap, bytearray(), False
-
-    def add(self, chunk: bytes) -> None:
-        self.data += chunk
-        if len(self.data) > self.cap:
-            del self.data[: len(self.data) - self.cap]
-            self.truncated = True
-
-    def text(self) -> str:
-        return self.data.decode("utf-8", errors="replace")
-
-
 def run_command(
     argv: Sequence[str], completion: str, input: str = "stdin", timeout: float = 30.0
 ) -> CommandResult:
     """Run argv on one completion (see the module docstring for the guarantees)."""
-    data = completion.encode("utf-8", errors="replace")
-    with tempfile.TemporaryDirectory(
-        prefix="dragonfarm-reward-", ignore_cleanup_errors=True
-    ) as cwd:
-        stdin: Any = subprocess.PIPE
-        if input == "file":
-            path = Path(cwd) / COMPLETION_FILE_NAME
-            path.write_bytes(data)
-            argv = [str(path) if a == COMPLETION_FILE_TOKEN else a for a in argv]
-            stdin, data = subprocess.DEVNULL, b""
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=scrubbed_env(),
-            stdin=stdin,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-        )
-        try:
-            out, err = _Tail(OUTPUT_CAP), _Tail(OUTPUT_CAP)
-            timed_out = _pump(proc, data, out, err, time.monotonic() + timeout)
-        finally:
-            _kill_group(proc)
-            for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
-            proc.wait()
-    return CommandResult(
-        None if timed_out else proc.returncode,
-        out.text(),
-        err.text(),
-        timed_out,
-        out.truncated or err.truncated,
-    )
-
-
-def _exited(proc: subprocess.Popen[bytes]) -> bool:
-    # WNOWAIT leaves the zombie in place, so its pid (= our process group id) cannot be reused
-    # by an unrelated process before _kill_group runs.
-    try:
-        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): it has exited
-        return True
-
-
-def _pump(
-    proc: subprocess.Popen[bytes], data: bytes, out: _Tail, err: _Tail, deadline: float
-) -> bool:
-    """Feed stdin and drain stdout/stderr until the program is done; True on timeout."""
-    tails: dict[IO[bytes], _Tail] = {proc.stdout: out, proc.stderr: err}  # type: ignore[dict-item]
-    with selectors.DefaultSelector() as sel:
-        for pipe in tails:
-            os.set_blocking(pipe.fileno(), False)
-            sel.register(pipe, selectors.EVENT_READ)
-        if proc.stdin is not None:
-            if data:
-                os.set_blocking(proc.stdin.fileno(), False)
-                sel.register(proc.stdin, selectors.EVENT_WRITE)
-            else:
-                proc.stdin.close()
-        view, exited_at = memoryview(data), None
-        while True:
-            now = time.monotonic()
-            if exited_at is None and _exited(proc):
-                exited_at = now
-            if exited_at is not None and (not sel.get_map() or now - exited_at > EXIT_GRACE_S):
-                return False
-            if now >= deadline:
-                return True
-            if not sel.get_map():
-                time.sleep(min(0.02, deadline - now))
-                continue
-            for key, _ in sel.select(min(0.1, deadline - now)):
-                if key.fileobj is proc.stdin:
-                    view = _feed(sel, proc.stdin, view)
-                else:
-                    _drain(sel, key.fileobj, tails[key.fileobj])  # type: ignore[index]
-
-
-def _feed(sel: selectors.BaseSelector, pipe: IO[bytes], view: memoryview) -> memoryview:
-    try:
-        view = view[os.write(pipe.fileno(), view[:_READ_CHUNK]) :]
-    except BlockingIOError:
-        return view
-    except BrokenPipeError:  # the program stopped reading: not our problem to report
-        view = view[:0]
-    if not view:
-        sel.unregister(pipe)
-        pipe.close()
-    return view
-
-
-def _drain(sel: selectors.BaseSelector, pipe: Any, tail: _Tail) -> None:
-    try:
-        chunk = os.read(pipe.fileno(), _READ_CHUNK)
-    except BlockingIOError:
-        return
-    if chunk:
-        tail.add(chunk)
-    else:
-        sel.unregister(pipe)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is already gone
-        os.killpg(proc.pid, signal.SIGKILL)
+    return CommandResult(**runner.run(list(argv), completion, input, timeout))
 
 
 def command_score(

@@ -1,31 +1,51 @@
-"""The trainer's wait for its turn, so two trainings never fight over one device.
+"""The trainer's wait for its turn, so two trainings never share one device of this machine.
 
-Runs inside the spawned trainer process before anything heavy is imported (pure Python, no
-torch). A run starts when fewer than `max_concurrent()` runs of its queue key are running and no
-live run of that key was queued before it (first in, first out). The queued -> running step
-happens under an exclusive `flock` on `<runs_dir>/.locks/queue.lock`, so two waiters never both
-take the last slot. Because the waiting happens in the run's own process, the queue survives an
+A run's queue key is the device it will train on, resolved as the trainer resolves it but
+without importing torch: "cpu", "mps", or "cuda:<gpu>", where <gpu> is the GPU as the machine
+numbers it (the entry of CUDA_VISIBLE_DEVICES when that is set). So device="auto" on a CPU-only
+machine queues with device="cpu", and runs pinned to different GPUs do not wait for each other.
+
+The queue is one per user and machine, whatever runs dir or Python session a run comes from:
+`queue_dir()` holds a ticket per live trainer process, {host, pid, create_time, run_dir, key,
+queued_ts, state}. `start_run` writes it as it spawns the trainer, so the order is the order of
+submission even before the trainer's interpreter is up. The trainer (pure Python, nothing heavy
+imported yet) starts when fewer than `max_concurrent()` live tickets of its key are running and
+no live queued ticket of its key was submitted before its own (first in, first out). Tickets are
+read and written under an exclusive `flock` on `<queue_dir>/queue.lock`, so two waiters never
+both take the last slot; a ticket whose process is gone (killed, crashed, a reboot) is removed
+by the next reader. Because the waiting happens in the run's own process, the queue survives an
 app restart. POSIX only (fcntl).
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import fcntl
+import importlib.util
 import os
+import platform
+import re
+import socket
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from dragonfarm_core.runs import files, launch
+from dragonfarm_core.runs import files
 
 POLL_S = 0.5
 # How long the trainer waits for its launcher to record the pid (normally milliseconds).
 HANDSHAKE_S = 30.0
 MAX_CONCURRENT_ENV = "DRAGONFARM_MAX_CONCURRENT"
+QUEUE_DIR_ENV = "DRAGONFARM_QUEUE_DIR"
+LOCK_NAME = "queue.lock"
+TICKETS = "tickets"
+# A ticket that cannot be read this long after its last write was torn by a kill: removed.
+TORN_TICKET_S = 30.0
 
 
 def max_concurrent() -> int:
@@ -43,28 +63,183 @@ def max_concurrent() -> int:
     return value
 
 
-def queue_key(config: dict[str, Any]) -> str:
-    """Which device a run will use: CPU runs queue together, accelerator runs together.
+def queue_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """This user's machine-wide queue folder: DRAGONFARM_QUEUE_DIR, else the user's cache folder
+    ($XDG_CACHE_HOME or ~/.cache) /dragonfarm/queue."""
+    environ = os.environ if environ is None else environ
+    if environ.get(QUEUE_DIR_ENV):
+        return Path(environ[QUEUE_DIR_ENV]).expanduser()
+    cache = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "dragonfarm" / "queue"
 
-    An accelerator run's key includes CUDA_VISIBLE_DEVICES, so runs pinned to different GPUs
-    of one workstation do not wait for each other.
+
+def _visible(environ: Mapping[str, str], name: str) -> list[str] | None:
+    """The GPUs a *_VISIBLE_DEVICES variable lets through, as CUDA reads it (up to the first
+    invalid entry); None when it is not set."""
+    raw = environ.get(name)
+    if raw is None:
+        return None
+    found = []
+    for entry in (e.strip() for e in raw.split(",")):
+        if not entry or entry.startswith("-"):
+            break
+        found.append(entry)
+    return found
+
+
+def _torch_build() -> dict[str, Any]:
+    """torch's `version.cuda` and `version.hip`, read from its version.py without importing it
+    (an import costs seconds and the queue runs before anything heavy)."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return {}
+    if spec is None or not spec.origin:
+        return {}
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    found: dict[str, Any] = {}
+    for name, value in re.findall(r"^(cuda|hip)\s*(?::[^=\n]*)?=\s*(.+)$", text, re.M):
+        with contextlib.suppress(ValueError, SyntaxError):
+            found[name] = ast.literal_eval(value.strip())
+    return found
+
+
+def _gpus_present(build: dict[str, Any]) -> bool:
+    """Whether this torch build has a GPU to use: NVIDIA device nodes for a CUDA build, the
+    ROCm kernel driver for a ROCm one."""
+    if build.get("cuda"):
+        gpus = Path("/proc/driver/nvidia/gpus")
+        return any(Path("/dev").glob("nvidia[0-9]*")) or (gpus.is_dir() and any(gpus.iterdir()))
+    if build.get("hip"):
+        return Path("/dev/kfd").exists()
+    return False
+
+
+def resolve_device(device: str = "auto", environ: Mapping[str, str] | None = None) -> str:
+    """The device a run with Hardware(device=...) trains on: "cpu", "mps" or "cuda:<gpu>".
+
+    auto picks CUDA (NVIDIA or ROCm), then Apple MPS, then the CPU, as the trainer does, from
+    what can be seen without importing torch: how torch was built, the GPU device nodes and
+    CUDA_VISIBLE_DEVICES (HIP_ / ROCR_VISIBLE_DEVICES on ROCm).
+
+    >>> resolve_device("cpu"), resolve_device("cuda", {"CUDA_VISIBLE_DEVICES": "2,3"})
+    ('cpu', 'cuda:2')
     """
-    device = (config.get("hardware") or {}).get("device", "auto")
-    if device == "cpu":
-        return "cpu"
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return "gpu" if visible is None else f"gpu:{visible}"
+    environ = os.environ if environ is None else environ
+    if device in ("cpu", "mps"):
+        return device
+    build = _torch_build()
+    visible = _visible(environ, "CUDA_VISIBLE_DEVICES")
+    if visible is None and build.get("hip"):
+        visible = _visible(environ, "HIP_VISIBLE_DEVICES")
+        visible = _visible(environ, "ROCR_VISIBLE_DEVICES") if visible is None else visible
+    if device == "auto":
+        if visible == [] or not _gpus_present(build):
+            if sys.platform == "darwin" and platform.machine() == "arm64":
+                return "mps"
+            return "cpu"
+        device = "cuda"
+    _, _, index_text = device.partition(":")
+    index = int(index_text) if index_text.isdigit() else 0
+    if visible is not None and index < len(visible):
+        return f"cuda:{visible[index]}"
+    return f"cuda:{index}"
+
+
+def queue_key(config: dict[str, Any]) -> str:
+    """The run's queue: the device it will train on (see `resolve_device`)."""
+    return resolve_device((config.get("hardware") or {}).get("device") or "auto")
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
+def _locked() -> Iterator[Path]:
+    """Hold this machine's queue lock; yields the tickets folder."""
+    root = queue_dir()
+    tickets = root / TICKETS
+    try:
+        tickets.mkdir(parents=True, exist_ok=True, mode=0o700)
+        handle = open(root / LOCK_NAME, "a")  # noqa: SIM115 (closed below)
+    except OSError as e:
+        raise OSError(
+            f"The training queue folder {root} cannot be used ({e}); set {QUEUE_DIR_ENV} to "
+            "a folder this user can write (every session on the machine must use the same)."
+        ) from e
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
+            yield tickets
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _ticket_path(tickets: Path, pid: int) -> Path:
+    return tickets / f"{socket.gethostname()}-{pid}.json"
+
+
+def _alive(ticket: dict[str, Any]) -> bool:
+    """True when the ticket's pid is alive and is the same process (same create time)."""
+    try:
+        proc = psutil.Process(int(ticket["pid"]))
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return abs(proc.create_time() - float(ticket["create_time"])) < 1.0
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True  # it exists; we just may not inspect it
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _live_tickets(tickets: Path) -> list[dict[str, Any]]:
+    """This host's tickets whose process is alive; the others are removed. Call under the lock."""
+    host, live = socket.gethostname(), []
+    for path in sorted(tickets.glob("*.json")):
+        try:
+            ticket = files.read_json(path)
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                if time.time() - path.stat().st_mtime > TORN_TICKET_S:
+                    path.unlink()
+            continue
+        if not isinstance(ticket, dict) or ticket.get("host") != host:
+            continue  # a queue folder shared over the network: another machine's runs
+        if _alive(ticket):
+            live.append(ticket)
+        else:
+            path.unlink(missing_ok=True)
+    return live
+
+
+def register(
+    run_dir: str | os.PathLike[str], pid: int, create_time: float, queued_ts: float
+) -> None:
+    """Put a just-spawned trainer in the machine's queue, in submission order (start_run)."""
+    run_dir = Path(run_dir).resolve()
+    ticket = {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "create_time": create_time,
+        "run_dir": str(run_dir),
+        "key": queue_key(files.read_config(run_dir)),
+        "queued_ts": queued_ts,
+        "state": "queued",
+    }
+    with _locked() as tickets:
+        files.write_json(_ticket_path(tickets, pid), ticket)
+
+
+def leave() -> None:
+    """Take this process's ticket out of the queue (the trainer, as it ends)."""
+    me = psutil.Process()
+    with _locked() as tickets:
+        path = _ticket_path(tickets, me.pid)
+        with contextlib.suppress(OSError, ValueError):
+            if abs(float(files.read_json(path)["create_time"]) - me.create_time()) < 1.0:
+                path.unlink()
 
 
 def _await_launcher(run_dir: Path, pid: int) -> None:
@@ -74,25 +249,20 @@ def _await_launcher(run_dir: Path, pid: int) -> None:
         time.sleep(0.02)
 
 
-def _competition(run_dir: Path, key: str) -> tuple[int, int]:
-    """(live runs queued before us, live runs running) with our queue key, in our runs dir."""
-    mine = files.read_status(run_dir)
-    my_place = (mine.get("queued_ts") or 0.0, run_dir.name)
-    ahead = running = 0
-    for other in sorted(run_dir.parent.iterdir()):
-        if other == run_dir or other.name in files.RESERVED or not files.is_run_dir(other):
+def _place(ticket: dict[str, Any]) -> tuple[float, str]:
+    return float(ticket.get("queued_ts") or 0.0), str(ticket.get("run_dir"))
+
+
+def _competition(tickets: Path, mine: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(run dirs queued before us, run dirs running) on our device, from every runs dir."""
+    ahead, running = [], []
+    for other in _live_tickets(tickets):
+        if other.get("pid") == mine["pid"] or other.get("key") != mine["key"]:
             continue
-        status = files.read_status(other)
-        state = status.get("state")
-        # A run that has not written its key yet is just starting: assume it competes with us.
-        if state not in files.ACTIVE_STATES or status.get("queue", key) != key:
-            continue
-        if not launch.process_alive(status):
-            continue
-        if state == "running":
-            running += 1
-        elif (status.get("queued_ts") or 0.0, other.name) < my_place:
-            ahead += 1
+        if other.get("state") == "running":
+            running.append(str(other.get("run_dir")))
+        elif _place(other) < _place(mine):
+            ahead.append(str(other.get("run_dir")))
     return ahead, running
 
 
@@ -103,27 +273,40 @@ def wait_turn(run_dir: str | os.PathLike[str]) -> bool:
     _await_launcher(run_dir, me.pid)
     key = queue_key(files.read_config(run_dir))
     limit = max_concurrent()
-    lock = files.queue_lock_path(run_dir.parent)
-    with _locked(lock):
-        files.update_status(run_dir, queue=key, pid=me.pid, pid_create_time=me.create_time())
+    mine = {
+        "host": socket.gethostname(),
+        "pid": me.pid,
+        "create_time": me.create_time(),
+        "run_dir": str(run_dir),
+        "key": key,
+        "queued_ts": files.read_status(run_dir).get("queued_ts") or time.time(),
+        "state": "queued",
+    }
+    with _locked() as tickets:
+        # start_run registered us already; a trainer started some other way registers now.
+        files.write_json(_ticket_path(tickets, me.pid), mine)
+        files.update_status(run_dir, queue=key, pid=me.pid, pid_create_time=mine["create_time"])
     said = None
     while True:
-        with _locked(lock):
+        with _locked() as tickets:
             if files.cancel_requested(run_dir):
+                _ticket_path(tickets, me.pid).unlink(missing_ok=True)
                 files.update_status(run_dir, state="cancelled", finished_at=files.now_iso())
                 print(f"[dragonfarm] {files.now_iso()} cancelled while queued.", flush=True)
                 return False
-            ahead, running = _competition(run_dir, key)
-            if running < limit and not ahead:
+            ahead, running = _competition(tickets, mine)
+            if len(running) < limit and not ahead:
+                files.write_json(_ticket_path(tickets, me.pid), {**mine, "state": "running"})
                 now = files.now_iso()
                 files.update_status(run_dir, state="running", started_at=now, heartbeat=now)
                 print(f"[dragonfarm] {now} running (queue {key}).", flush=True)
                 return True
-        if (ahead, running) != said:
-            said = (ahead, running)
+        if (len(ahead), len(running)) != said:
+            said = (len(ahead), len(running))
             print(
-                f"[dragonfarm] {files.now_iso()} waiting in queue {key}: {ahead} run(s) ahead, "
-                f"{running} running (at most {limit} at once).",
+                f"[dragonfarm] {files.now_iso()} waiting in queue {key}: {len(ahead)} run(s) "
+                f"ahead, {len(running)} running (at most {limit} at once; the queue is shared "
+                f"by every runs dir on this machine; running: {', '.join(running) or 'none'}).",
                 flush=True,
             )
         time.sleep(POLL_S)

@@ -2,15 +2,18 @@
 
     python -m dragonfarm_core.trainers RUN_DIR
 
-`dragonfarm_core.runs.launch.start_run` spawns this. It first waits its turn in the device queue
-(pure Python, nothing heavy imported while it waits), then imports the trainer for the run's
-method, `dragonfarm_core.trainers.<method>`, and calls its `main(run_dir)`. Tests replace that
-module with `DRAGONFARM_TRAINER_MODULE`. Whatever escapes the trainer, the run ends marked
-failed with the log's tail: no run stays "running" after its process has ended.
+`dragonfarm_core.runs.launch.start_run` spawns this, with the allow-listed `launch.child_env()`
+(no token: the app downloaded the model, and the config names its folder). It first waits its
+turn in the machine's device queue (pure Python, nothing heavy imported while it waits), then
+imports the trainer for the run's method, `dragonfarm_core.trainers.<method>`, and calls its
+`main(run_dir)`; as it ends it leaves the queue. Tests replace that module with
+`DRAGONFARM_TRAINER_MODULE`. Whatever escapes the trainer, the run ends marked failed with the
+log's tail: no run stays "running" after its process has ended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -67,6 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     run_dir = Path(argv[0]).resolve()
+    try:
+        return _train(run_dir)
+    finally:
+        with contextlib.suppress(OSError):
+            queue.leave()  # the device is free: the next run in the machine's queue may start
+
+
+def _train(run_dir: Path) -> int:
     try:
         if not queue.wait_turn(run_dir):
             return 0

@@ -60,7 +60,8 @@ def test_runs_on_different_devices_do_not_wait_for_each_other(
 ):
     monkeypatch.setenv("FAKE_TRAINER_STEPS", "100")
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.05")
-    on_gpu = train(sft_data, str(model_dir), runs_dir=runs_root)
+    # The stand-in trainer never touches the device, so a "cuda" run works on any machine.
+    on_gpu = train(sft_data, str(model_dir), hardware=Hardware(device="cuda"), runs_dir=runs_root)
     on_cpu = train(sft_data, str(model_dir), hardware=Hardware(device="cpu"), runs_dir=runs_root)
     wait_for(lambda: on_gpu.state == on_cpu.state == "running", what="both running")
     on_gpu.cancel(timeout=10)
