@@ -99,6 +99,13 @@ class ModelError(ValueError):
     """A model could not be found, read or downloaded."""
 
 
+# What a local model folder must hold, as the messages that refuse one say it.
+MODEL_FOLDER_FILES = (
+    "config.json, the weights (*.safetensors) and the tokenizer files (tokenizer.json or "
+    "tokenizer.model, with tokenizer_config.json)"
+)
+
+
 @dataclass(frozen=True)
 class ResolvedModel:
     """A model as the person named it, and the local folder that holds it."""
@@ -148,10 +155,16 @@ def resolve_model(model: str, revision: str | None = None) -> ResolvedModel:
         return ResolvedModel(BUNDLED_MODEL_ID, str(path), None)
     local = Path(model).expanduser()
     if local.exists():
+        if not local.is_dir():
+            raise ModelError(
+                f"{local} is a file, not a model folder or a Hugging Face model id (owner/name). "
+                f"A model folder holds {MODEL_FOLDER_FILES}; pass that folder, a Hub id, or "
+                f"{BUNDLED_MODEL_ID!r} for the bundled model."
+            )
         if not (local / "config.json").is_file():
             raise ModelError(
-                f"{local} is a folder but not a model: it has no config.json. Point "
-                "at the folder that holds config.json and the weights."
+                f"{local} is a folder but not a model: it has no config.json. A model folder "
+                f"holds {MODEL_FOLDER_FILES}; point at the folder that holds them."
             )
         return ResolvedModel(model, str(local.resolve()), revision)
     if not _looks_like_hub_id(model):

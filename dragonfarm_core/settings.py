@@ -3,12 +3,18 @@
 Frozen dataclasses, one source of truth: the trainer reads them back from config.json, the
 app builds its widgets from each field's metadata (label, help, limits, choices), and
 `dragon.code(run)` prints them. Validation lives in `__post_init__` and every error names the
-field, says what is wrong and what to do.
+field, says what is wrong and what to do; every int and float field is checked the same way
+(`check_numbers`: its declared type and its metadata's limits, NaN and None refused).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+import numbers
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,24 +35,55 @@ def _meta(
     return {"label": label, "help": help, "min": min, "max": max, "choices": choices, "step": step}
 
 
-def _check_range(obj: Any, name: str) -> None:
-    meta = next(f.metadata for f in dataclasses.fields(obj) if f.name == name)
-    value = getattr(obj, name)
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SettingsError(f"{type(obj).__name__}.{name} must be a number, got {value!r}.")
+@functools.cache
+def _numeric_fields(cls: type) -> dict[str, tuple[bool, bool]]:
+    """{field: (whole, optional)} for each field declared int, float or `int | None`: what a
+    value must be follows from the declared type alone, so a new field is checked too."""
+    out = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        kinds = set(typing.get_args(hint)) if isinstance(hint, types.UnionType) else {hint}
+        if kinds & {int, float} and kinds <= {int, float, type(None)}:
+            out[name] = (float not in kinds, type(None) in kinds)
+    return out
+
+
+def _between(meta: Any) -> str:
     lo, hi = meta.get("min"), meta.get("max")
-    if lo is not None and value < lo:
-        raise SettingsError(
-            f"{type(obj).__name__}.{name} = {value} is below the minimum {lo}; "
-            f"use a value between {lo} and {hi}."
-        )
-    if hi is not None and value > hi:
-        raise SettingsError(
-            f"{type(obj).__name__}.{name} = {value} is above the maximum {hi}; "
-            f"use a value between {lo} and {hi}."
-        )
+    return f"a value between {lo} and {hi}" if lo is not None and hi is not None else "a number"
+
+
+def check_numbers(obj: Any, prefix: str | None = None) -> None:
+    """Check every int and float field of the settings dataclass `obj` against its declared
+    type and its metadata's min and max; whole floats (8.0) of an int field become ints.
+
+    Refused, with the field named: None where the type has no None, a bool, a str, NaN and
+    the infinities (a comparison with NaN is always False, so a range check alone lets it
+    through and the trainer then learns nothing, or diverges).
+    """
+    cls = type(obj)
+    prefix = cls.__name__ if prefix is None else prefix
+    meta = {f.name: f.metadata for f in dataclasses.fields(cls)}
+    for name, (whole, optional) in _numeric_fields(cls).items():
+        value, where = getattr(obj, name), f"{prefix}.{name}"
+        kind = "a whole number" if whole else "a number"
+        use = _between(meta[name])
+        if value is None:
+            if optional:
+                continue
+            raise SettingsError(f"{where} is None; it must be {kind} ({use}).")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise SettingsError(f"{where} must be {kind}, got {value!r}.")
+        if not math.isfinite(value):
+            raise SettingsError(f"{where} = {value} is not a finite number; use {use}.")
+        if whole and not isinstance(value, numbers.Integral) and not float(value).is_integer():
+            raise SettingsError(f"{where} must be a whole number, got {value!r}.")
+        value = int(value) if whole else value if isinstance(value, int) else float(value)
+        object.__setattr__(obj, name, value)  # a plain int or float, as JSON writes it
+        lo, hi = meta[name].get("min"), meta[name].get("max")
+        if lo is not None and value < lo:
+            raise SettingsError(f"{where} = {value} is below the minimum {lo}; use {use}.")
+        if hi is not None and value > hi:
+            raise SettingsError(f"{where} = {value} is above the maximum {hi}; use {use}.")
 
 
 def _check_choice(obj: Any, name: str) -> None:
@@ -97,10 +134,7 @@ class Lora:
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.r, bool) or not isinstance(self.r, int):
-            raise SettingsError(f"Lora.r must be a whole number, got {self.r!r}.")
-        for name in ("r", "alpha", "dropout"):
-            _check_range(self, name)
+        check_numbers(self)
         tm = self.target_modules
         if isinstance(tm, list):
             object.__setattr__(self, "target_modules", tuple(tm))
@@ -217,24 +251,7 @@ class TrainArgs:
     )
 
     def __post_init__(self) -> None:
-        for name in (
-            "batch_size",
-            "grad_accum",
-            "max_seq_len",
-            "logging_steps",
-            "save_steps",
-            "seed",
-            "max_steps",
-        ):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                if isinstance(value, float) and value.is_integer():
-                    object.__setattr__(self, name, int(value))
-                else:
-                    raise SettingsError(f"TrainArgs.{name} must be a whole number, got {value!r}.")
-        for f in dataclasses.fields(self):
-            if f.name not in ("gradient_checkpointing", "extra"):
-                _check_range(self, f.name)
+        check_numbers(self)
         if not isinstance(self.gradient_checkpointing, bool):
             raise SettingsError("TrainArgs.gradient_checkpointing must be True or False.")
         if not isinstance(self.extra, dict):

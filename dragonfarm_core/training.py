@@ -135,6 +135,10 @@ def resume(run: Run | str | os.PathLike[str], wait: bool = False) -> Run:
             f"Run {run.id} is bundled to train elsewhere; bring its results back "
             "with dragon.import_results(run, zip_path)."
         )
+    if state == files.DAMAGED:
+        # Its pid cannot be read, so a trainer may still be running it: a second one would
+        # train the same folder at the same time.
+        raise RuntimeError(f"Run {run.id} cannot be resumed as it is: {run.status()['error']}")
     checkpoints = files.checkpoints(run.dir)
     if checkpoints:
         step = int(checkpoints[-1].name.removeprefix(files.CHECKPOINT_PREFIX))

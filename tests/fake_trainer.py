@@ -15,7 +15,6 @@ Selected with DRAGONFARM_TRAINER_MODULE=fake_trainer and tests/ on PYTHONPATH. K
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -34,9 +33,10 @@ def _save_checkpoint(run_dir: Path, step: int) -> None:
     tmp = final.with_name(f".tmp-{final.name}")
     tmp.mkdir(parents=True, exist_ok=True)
     files.write_json(tmp / "trainer_state.json", {"step": step})
+    files.mark_checkpoint_complete(tmp)
     os.replace(tmp, final)  # visible only when complete, like the real trainer's
     for old in files.checkpoints(run_dir)[:-2]:
-        shutil.rmtree(old)
+        files.remove_checkpoint(old)
 
 
 def _start_step(run_dir: Path) -> int:

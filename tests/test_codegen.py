@@ -66,7 +66,7 @@ def test_every_non_default_setting_is_reproduced(runs_root, tickets, model_dir):
         ds,
         str(model_dir),
         lora=dragon.Lora(r=8, target_modules=["q_proj"]),
-        args=dragon.TrainArgs(epochs=1, max_steps=6, neftune_noise_alpha=5),
+        args=dragon.TrainArgs(epochs=1, max_steps=6, lr_scheduler_type="constant"),
         hardware=dragon.Hardware(device="cpu"),
         name="My run",
         n_samples=2,
@@ -75,7 +75,7 @@ def test_every_non_default_setting_is_reproduced(runs_root, tickets, model_dir):
         runs_dir=runs_root,
     )
     source = _round_trip(run.dir, runs_root)
-    assert "dragon.TrainArgs(epochs=1, max_steps=6, neftune_noise_alpha=5)" in source
+    assert 'dragon.TrainArgs(epochs=1, max_steps=6, lr_scheduler_type="constant")' in source
     assert "dragon.Lora(r=8, target_modules=['q_proj'])" in source
     assert 'name="My run"' in source and "trust_remote_code=True" in source
 

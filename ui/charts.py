@@ -9,12 +9,15 @@ loss for every method; preference accuracy and reward margin for DPO and ORPO; t
 from __future__ import annotations
 
 import html
+import math
+import numbers
 from dataclasses import dataclass
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from dragonfarm_core.runs import files
 from ui.present import duration_text
 
 LOSS_COLOUR, EVAL_COLOUR, LR_COLOUR = "#059669", "#d97706", "#6366f1"
@@ -148,8 +151,22 @@ def progress_figure(progress: pd.DataFrame, method: str | None = "sft") -> go.Fi
     return fig
 
 
+def _amount(value: object) -> float | None:
+    """A count or a duration from a status file; None for anything but a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and value >= 0 else None
+
+
 def progress_html(state: str | None, step: int, total: int | None, eta_s: float | None) -> str:
-    """A bar with 'step 12 / 40 (30 %)' and the time left while the run is going."""
+    """A bar with 'step 12 / 40 (30 %)' and the time left while the run is going.
+
+    Whatever a status holds (it comes from a file), the bar is drawn: a value of the wrong
+    type counts as missing."""
+    state = state if isinstance(state, str) else None
+    step, total, eta_s = int(_amount(step) or 0), _amount(total), _amount(eta_s)
+    total = int(total) if total else None
     fraction = min(1.0, step / total) if total else 0.0
     if state == "succeeded":
         fraction = 1.0
@@ -159,7 +176,11 @@ def progress_html(state: str | None, step: int, total: int | None, eta_s: float 
         label += f" · about {duration_text(eta_s)} left"
     elif state == "queued":
         label = "queued: waiting for the device"
-    colour = {"failed": "#ef4444", "cancelled": "#9ca3af"}.get(state or "", LOSS_COLOUR)
+    elif state == files.DAMAGED:
+        label = "status.json cannot be read"
+    colour = {"failed": "#ef4444", files.DAMAGED: "#ef4444", "cancelled": "#9ca3af"}.get(
+        state or "", LOSS_COLOUR
+    )
     return (
         f'<div class="df-progress" data-state="{html.escape(state or "")}" data-step="{step}">'
         '<div style="background:#e5e7eb;border-radius:6px;height:14px;overflow:hidden">'

@@ -16,6 +16,7 @@ import pandas as pd
 
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.data.example import EXAMPLE_FILE
+from dragonfarm_core.runs import files
 
 PREVIEW_ROWS = 20
 CELL_CHARS = 300
@@ -187,6 +188,8 @@ def run_header(config: dict[str, Any], status: dict[str, Any]) -> str:
         lines.append("Final: " + ", ".join(shown) + ".")
     if state == "failed":
         lines.append(f"Failed ({status.get('reason') or 'error'}): {status.get('error') or ''}")
+    if state == files.DAMAGED:
+        lines.append(str(status.get("error") or f"{files.STATUS} cannot be read."))
     if state in ("failed", "cancelled"):
         lines.append("Resume picks it up from its newest checkpoint.")
     return "  \n".join(lines)

@@ -51,6 +51,41 @@ def cell_text(value: Any) -> str | None:
     return str(value)
 
 
+def surrogate_at(text: str) -> int | None:
+    """Where `text` holds a lone surrogate (None when it holds none): half of a UTF-16 pair,
+    which JSON's \\uD83D escapes can produce alone and which no UTF-8 file can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def check_utf8(value: Any, where: str) -> None:
+    """Refuse text (a str, or the strings inside a parsed JSON value) that cannot be written as
+    UTF-8, naming `where` (file, row, column) and the character; otherwise the run's data
+    file would fail later with a UnicodeEncodeError that names no row."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            check_utf8(key, f"{where}, a key")
+            check_utf8(item, f"{where}, key {key!r}")
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_utf8(item, f"{where}, element {i}")
+        return
+    if not isinstance(value, str):
+        return
+    at = surrogate_at(value)
+    if at is not None:
+        raise DatasetError(
+            f"{where}: the text holds a lone surrogate (U+{ord(value[at]):04X} at character "
+            f"{at}, after {value[max(0, at - 20) : at]!r}), half of a two-part character: "
+            "usually a broken \\uD83D-style escape in JSON or an emoji cut in two. It cannot be "
+            "saved as UTF-8. Fix or delete that character in the source, then load it again."
+        )
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return [_plain(v) for v in value.tolist()]
@@ -113,4 +148,12 @@ def normalise_frame(frame: pd.DataFrame, source: str) -> pd.DataFrame:
         )
     header = [str(c) for c in frame.columns]
     rows = [[cell_text(v) for v in row] for row in frame.itertuples(index=False, name=None)]
+    # A file read from disk is valid UTF-8 already (JSON's escapes are checked where they are
+    # parsed); text made in Python may hold a lone surrogate.
+    for j, name in enumerate(header, start=1):
+        check_utf8(name, f"{source}, the name of column {j}")
+    for i, (index, row) in enumerate(zip(frame.index, rows, strict=True), start=1):
+        for name, cell in zip(header, row, strict=True):
+            if cell is not None:
+                check_utf8(cell, f"{source}, row {i} (index {index!r}), column {name!r}")
     return frame_from_rows(header, rows, source)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from dragonfarm_core.data.cells import check_utf8
 from dragonfarm_core.data.dataset import Dataset
 from dragonfarm_core.data.errors import DatasetError
 from dragonfarm_core.data.jsonfiles import read_json_items, read_jsonl_items
@@ -46,6 +47,7 @@ def _check_message(msg: Any, where: str) -> dict[str, str]:
             f"{where} ({role}): content must be a non-empty string, got {content!r:.60}. "
             f"Fill in the text or remove the message."
         )
+    check_utf8(content, f"{where} ({role})")
     return {"role": role, "content": content}
 
 

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dragonfarm_core.data.cells import check_utf8
 from dragonfarm_core.data.errors import DatasetError
 
 
@@ -20,6 +21,13 @@ def _kind(value: Any) -> str:
         return "a number"
     names = {list: "an array", str: "a string", type(None): "null"}
     return names.get(type(value), type(value).__name__)
+
+
+def _check_text(obj: dict[str, Any], where: str) -> None:
+    """Refuse a lone surrogate in a row's column names or cells, naming the column."""
+    for key, value in obj.items():
+        check_utf8(key, f"{where}, a column name")
+        check_utf8(value, f"{where}, column {key!r}")
 
 
 def read_json_items(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
@@ -47,12 +55,15 @@ def read_json_items(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
     if not data:
         raise DatasetError(f"{path} holds an empty array; add at least one row object.")
     items = []
+    escapes = "\\u" in text  # the text is valid UTF-8: only an escape can make a lone surrogate
     for i, obj in enumerate(data, start=1):
         if not isinstance(obj, dict):
             raise DatasetError(
                 f"{path}, item {i}: expected an object with one key per column, found "
                 f"{_kind(obj)}. Make every element of the array an object."
             )
+        if escapes:
+            _check_text(obj, f"{path}, item {i}")
         items.append((f"item {i}", obj))
     return items
 
@@ -83,5 +94,7 @@ def read_jsonl_items(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
                 f"{path}, line {n}: expected a JSON object with one key per column, found "
                 f"{_kind(obj)}. Put one object per line."
             )
+        if "\\u" in line:  # the text is valid UTF-8: only an escape can make a lone surrogate
+            _check_text(obj, f"{path}, line {n}")
         items.append((f"line {n}", obj))
     return items

@@ -21,6 +21,7 @@ from typing import Any
 
 from dragonfarm_core.runs import files, location
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs, to_dict
+from dragonfarm_core.trainers.config import extra_args
 
 SCHEMA = 1
 # Which dataset mappings each method trains on.
@@ -185,7 +186,7 @@ def slugify(text: str) -> str:
 def _check_run_dir(run_dir: Any) -> Path | None:
     if run_dir is None:
         return None
-    path = Path(run_dir).expanduser().resolve()
+    path = location.check_folder(Path(run_dir).expanduser().resolve(), "run_dir")
     if files.is_run_dir(path):
         raise FileExistsError(
             f"{path} is already a run; pick another run_dir, or leave "
@@ -202,7 +203,7 @@ def _new_dir(run_dir: Any, runs_dir: Any, label: str) -> Path:
     if path is not None:
         path.mkdir(parents=True, exist_ok=True)
         return path
-    root = location.runs_dir(runs_dir)
+    root = location.check_folder(location.runs_dir(runs_dir))
     root.mkdir(parents=True, exist_ok=True)
     base = f"{time.strftime('%Y%m%d-%H%M%S')}-{slugify(label)}"
     for n in range(1, 1000):
@@ -241,6 +242,9 @@ def _check_arguments(
     for values, where in ((method_args, "method_args"), (args.extra, "TrainArgs.extra")):
         _check_json(values, where)
         _check_no_secrets(values, where)
+    # TrainArgs passes keywords it does not know to the trainer in `extra`: refuse one the
+    # trainer does not understand now, with the accepted list, not later in its log.
+    extra_args(args.extra)
 
 
 def create_run(
@@ -264,7 +268,8 @@ def create_run(
     hardware = Hardware() if hardware is None else hardware
     method_args = {} if method_args is None else method_args
     _check_arguments(lora, args, hardware, name, n_samples, method_args)
-    _check_run_dir(run_dir)
+    if _check_run_dir(run_dir) is None:
+        location.check_folder(location.runs_dir(runs_dir))
     train, held_out = _dataset_rows(method, dataset)
     model_block = _model_config(model, revision, trust_remote_code)
     label = name or model_block["model"]["name"]

@@ -53,6 +53,27 @@ def runs_dir(runs_dir: str | os.PathLike[str] | None = None) -> Path:
     return configured_runs_dir() or session_runs_dir()
 
 
+def check_folder(path: Path, what: str = "runs dir") -> Path:
+    """`path`, after checking it is a folder or can be made one (no file in its way).
+
+    Without this, making a run's folder fails with a bare "[Errno 17] File exists" or
+    "[Errno 20] Not a directory" that does not say which setting to change.
+    """
+    for place in (path, *path.parents):
+        if not place.exists():
+            continue
+        if place.is_dir():
+            return path
+        where = "is a file" if place == path else f"is inside {place}, which is a file"
+        fix = (
+            f"choose another with runs_dir= or {ENV_VAR} (or dragon.set_runs_dir())"
+            if what == "runs dir"
+            else f"choose another {what}="
+        )
+        raise NotADirectoryError(f"{what} {path} {where}, not a folder; {fix}.")
+    return path
+
+
 def session_runs_dir() -> Path:
     """This session's temporary runs folder, created on first use."""
     global _session_dir

@@ -1,8 +1,10 @@
 """Resumable checkpoints and the final adapter, both made visible only when complete.
 
-A checkpoint is written under a temp name in checkpoints/, flushed to disk, then renamed to
-checkpoint-<step>: a trainer killed mid-save leaves only a temp folder, which the next start
-removes. It holds the adapter (peft format), the optimizer, scheduler and grad scaler states,
+A checkpoint is written under a temp name in checkpoints/, flushed to disk, given its COMPLETE
+marker last (files.mark_checkpoint_complete), then renamed to checkpoint-<step>: a trainer
+killed mid-save leaves only a temp folder, which the next start removes. Pruning removes the
+marker first (files.remove_checkpoint), so a kill mid-prune leaves a folder that is no longer
+a checkpoint, never one that looks complete with a file missing; the next start removes it. It holds the adapter (peft format), the optimizer, scheduler and grad scaler states,
 the RNG states (python, numpy, torch) and trainer_state.json (the loop's TrainState: step,
 elapsed time, loss and token counters; and the settings it was trained with). The last two are kept. The data position needs no field:
 the batches of a step follow from (seed, step) alone, see batching.StepPlan.
@@ -69,8 +71,9 @@ def save_checkpoint(
 ) -> Path:
     """Write checkpoint-<state.step> atomically and prune to the last two; returns its path."""
     final = files.checkpoint_dir(run_dir, state.step)
-    if final.is_dir():  # already saved at this step (a cancel right after a save)
+    if files.checkpoint_complete(final):  # already saved at this step (a cancel after a save)
         return final
+    shutil.rmtree(final, ignore_errors=True)  # half pruned, or from before the marker
     tmp = files.checkpoint_temp_dir(run_dir, state.step)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -80,16 +83,26 @@ def save_checkpoint(
     settings = {k: config.get(k) for k in SAME_RUN_KEYS}
     files.write_json(tmp / STATE, {"state": dataclasses.asdict(state), "settings": settings})
     _fsync_tree(tmp)
+    files.mark_checkpoint_complete(tmp)
     os.replace(tmp, final)
     for old in files.checkpoints(run_dir)[:-KEEP]:
-        shutil.rmtree(old, ignore_errors=True)
+        files.remove_checkpoint(old)
     return final
 
 
 def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
-    """The newest complete checkpoint, after removing temp folders a killed save left behind."""
+    """The newest complete checkpoint, after removing what a killed save or prune left behind:
+    temp folders, and checkpoint folders without their COMPLETE marker."""
     for tmp in files.checkpoint_temp_dirs(run_dir):
         shutil.rmtree(tmp, ignore_errors=True)
+    for partial in files.incomplete_checkpoints(run_dir):
+        print(
+            f"Removing {partial.name}: it has no {files.CHECKPOINT_COMPLETE} marker (a save or "
+            "a prune was cut short, or it was written before markers), so it cannot be "
+            "trusted to resume from.",
+            flush=True,
+        )
+        shutil.rmtree(partial, ignore_errors=True)
     found = files.checkpoints(run_dir)
     return found[-1] if found else None
 

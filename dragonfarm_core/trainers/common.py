@@ -110,11 +110,14 @@ class RunReporter:
     """The trainer's writer of status.json and progress.jsonl, with a heartbeat thread.
 
     Every status write goes through one lock: the heartbeat thread and the training loop both
-    rewrite status.json, and a read-modify-write from each at once would lose a field.
+    rewrite status.json, and a read-modify-write from each at once would lose a field. Every
+    field this reporter wrote goes into each write again, so a status.json that was damaged
+    (and is then replaced by the write, see files.update_status) comes back whole.
     """
 
     def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.run_dir = Path(run_dir)
+        self._written: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -122,7 +125,8 @@ class RunReporter:
 
     def update(self, **fields: Any) -> None:
         with self._lock:
-            files.update_status(self.run_dir, heartbeat=files.now_iso(), **fields)
+            self._written.update(fields)
+            files.update_status(self.run_dir, **self._written, heartbeat=files.now_iso())
 
     def start(self) -> None:
         """Mark the run running, clear an earlier failure, and start the heartbeat."""

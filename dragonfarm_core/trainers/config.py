@@ -9,6 +9,7 @@ the same check when it starts. `TrainArgs.extra` keys use the names of Hugging F
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,9 +63,14 @@ class ExtraArgs:
                 )
         for name in ("adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)  # NaN passes `value < 0`
+                or value < 0
+            ):
                 raise SettingsError(
-                    f"TrainArgs.extra['{name}'] must be a number >= 0, got {value!r}."
+                    f"TrainArgs.extra['{name}'] must be a finite number >= 0, got {value!r}."
                 )
         for name in ("adam_beta1", "adam_beta2"):
             if getattr(self, name) >= 1:
@@ -76,9 +82,11 @@ def extra_args(extra: dict[str, Any]) -> ExtraArgs:
     known = [f.name for f in dataclasses.fields(ExtraArgs)]
     unknown = sorted(set(extra) - set(known))
     if unknown:
+        own = [f.name for f in dataclasses.fields(TrainArgs) if f.name != "extra"]
         raise SettingsError(
-            f"TrainArgs.extra has unknown key(s) {', '.join(map(repr, unknown))}; "
-            f"the trainer understands {', '.join(known)}."
+            f"TrainArgs.extra has unknown key(s) {', '.join(map(repr, unknown))} (a keyword "
+            f"TrainArgs does not know goes there); the trainer understands {', '.join(known)}, "
+            f"and TrainArgs itself takes {', '.join(own)}."
         )
     return ExtraArgs(**extra)
 

@@ -165,6 +165,7 @@ def train_preference(run_dir: str | os.PathLike[str], score_fn: Callable[..., Pa
         pref_data.write_pair_samples(
             run_dir, model, tokenizer, eval_pairs or train_pairs,
             "eval" if eval_pairs else "train", config.n_samples, config.extra.sample_max_new_tokens,
+            args.max_seq_len,
         )  # fmt: skip
         metrics.update(results)
         report.finish("succeeded", metrics=metrics)

@@ -49,7 +49,7 @@ def evaluate_messages(
     data = sft_data.load(run_dir, tokenizer, config.args.max_seq_len)
     return evaluation.write_eval_and_samples(
         run_dir, model, data, config.args.batch_size, n_samples,
-        config.extra.sample_max_new_tokens, step,
+        config.extra.sample_max_new_tokens, step, config.args.max_seq_len,
     )  # fmt: skip
 
 
@@ -72,7 +72,9 @@ def evaluate_pairs(
     pairs = eval_pairs or pref_data.read_pairs(run_dir, "train")
     split = "eval" if eval_pairs else "train"
     max_new = config.extra.sample_max_new_tokens
-    pref_data.write_pair_samples(run_dir, model, tokenizer, pairs, split, n_samples, max_new)
+    pref_data.write_pair_samples(
+        run_dir, model, tokenizer, pairs, split, n_samples, max_new, args.max_seq_len
+    )
     return {**results, "method": config.method, "beta": beta, "step": step}
 
 

@@ -10,6 +10,7 @@ import torch
 
 from dragonfarm_core.runs import files
 from dragonfarm_core.trainers.batching import collate, sorted_batches
+from dragonfarm_core.trainers.grpo_rollout import left_pad
 from dragonfarm_core.trainers.modeling import label_loss
 from dragonfarm_core.trainers.sft_data import Encoded, SftData
 
@@ -42,41 +43,81 @@ def eval_metrics(loss: float | None, tokens: int, rows: int, step: int) -> dict[
     }
 
 
+def prompt_budget(max_len: int, max_new_tokens: int) -> int:
+    """Prompt tokens a sample may keep: the training window less the reply's room, and at
+    least half the window (a reply longer than the window still gets some context)."""
+    return max(max_len - max_new_tokens, max_len // 2, 1)
+
+
+def prompt_ids(tokenizer: Any, context: list[dict[str, str]], budget: int) -> list[int]:
+    """Token ids of `context` with the generation prompt, cut to at most `budget` tokens.
+
+    The end of the conversation is what the reply answers, so it is kept: whole turns go from
+    the start (a leading system message stays while it fits), and the cut always falls before
+    a user turn, where any chat template may start; if the last user turn alone is longer
+    than the budget, its beginning goes. Without the cut a long conversation makes
+    generation cost grow with the square of its length, for a sample nobody reads whole.
+    """
+
+    def ids(messages: list[dict[str, str]]) -> list[int]:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    whole = ids(context)
+    if len(whole) <= budget:
+        return whole
+    system = context[:1] if context and context[0]["role"] == "system" else []
+    turns = context[len(system) :]
+    starts = [i for i, m in enumerate(turns) if m["role"] == "user"]
+    if not starts:
+        return whole[-budget:]
+    # The earliest user turn to start from that fits: fewer turns, fewer tokens (bisection).
+    lo, hi, best = 0, len(starts) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        candidate = ids(system + turns[starts[mid] :])
+        if len(candidate) <= budget:
+            best, hi = candidate, mid - 1
+        else:
+            lo = mid + 1
+    if best is not None:
+        return best
+    last = ids(turns[starts[-1] :])  # without the system message, then its end only
+    return last[-budget:]
+
+
 @torch.inference_mode()
 def generate_samples(
     model: Any,
     tokenizer: Any,
     conversations: list[list[dict[str, str]]],
     max_new_tokens: int,
+    max_len: int,
     batch_size: int = 8,
 ) -> list[str]:
-    """Greedy replies to each conversation's context, in left-padded batches."""
+    """Greedy replies to each conversation's context, in left-padded batches; each context is
+    cut to fit `max_len` (the run's max_seq_len) with room for `max_new_tokens`."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    budget = prompt_budget(max_len, max_new_tokens)
     replies: list[str] = []
     try:
         for start in range(0, len(conversations), batch_size):
-            prompts = tokenizer.apply_chat_template(
-                [c[:-1] for c in conversations[start : start + batch_size]],
-                tokenize=False,
-                add_generation_prompt=True,
-            )
-            enc = tokenizer(
-                prompts, add_special_tokens=False, padding=True, return_tensors="pt"
-            ).to(device)
+            rows = [prompt_ids(tokenizer, c[:-1], budget)
+                    for c in conversations[start : start + batch_size]]  # fmt: skip
+            ids, mask = left_pad(rows, tokenizer.pad_token_id)
             out = model.generate(
-                **enc,
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 pad_token_id=tokenizer.pad_token_id,
                 use_cache=True,
             )
-            new = out[:, enc["input_ids"].shape[1] :]
+            new = out[:, ids.shape[1] :]
             replies += [t.strip() for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
     finally:
-        tokenizer.padding_side = side
         model.train(was_training)
     return replies
 
@@ -89,10 +130,11 @@ def write_samples(
     split: str,
     n: int,
     max_new_tokens: int,
+    max_len: int,
 ) -> list[dict[str, Any]]:
     """samples.json: prompt (last user turn), reference (the data's reply), generated."""
     chosen = conversations[:n]
-    replies = generate_samples(model, tokenizer, chosen, max_new_tokens)
+    replies = generate_samples(model, tokenizer, chosen, max_new_tokens, max_len)
     samples = [
         {
             "prompt": next(m["content"] for m in reversed(c) if m["role"] == "user"),
@@ -114,8 +156,10 @@ def write_eval_and_samples(
     n_samples: int,
     max_new_tokens: int,
     step: int,
+    max_len: int,
 ) -> dict[str, Any]:
-    """The end of an SFT run: eval.json from the held-out rows, then samples.json."""
+    """The end of an SFT run: eval.json from the held-out rows, then samples.json (prompts
+    cut to `max_len`, the run's max_seq_len)."""
     loss, tokens = eval_loss(model, data.held_out, batch_size, data.pad_id)
     results = eval_metrics(loss, tokens, len(data.held_out), step)
     # The held-out loss before training, logged at step 0 (kept across resumes).
@@ -133,5 +177,6 @@ def write_eval_and_samples(
         split,
         n_samples,
         max_new_tokens,
+        max_len,
     )
     return results

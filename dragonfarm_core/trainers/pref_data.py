@@ -190,11 +190,13 @@ def write_pair_samples(
     split: str,
     n: int,
     max_new_tokens: int,
+    max_len: int,
 ) -> list[dict[str, Any]]:
-    """samples.json: prompt (last user turn), reference (chosen), rejected, generated."""
+    """samples.json: prompt (last user turn), reference (chosen), rejected, generated; the
+    prompts cut to `max_len` (the run's max_seq_len)."""
     chosen = pairs[:n]
     replies = generate_samples(
-        model, tokenizer, [p["prompt"] + p["chosen"] for p in chosen], max_new_tokens
+        model, tokenizer, [p["prompt"] + p["chosen"] for p in chosen], max_new_tokens, max_len
     )
     samples = [
         {

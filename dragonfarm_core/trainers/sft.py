@@ -143,6 +143,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
             config.n_samples,
             config.extra.sample_max_new_tokens,
             state.step,
+            args.max_seq_len,
         )
         if len(data.held_out):
             report.progress(
