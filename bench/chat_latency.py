@@ -34,7 +34,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 from dragonfarm_core.inference import ModelSpec, Sampling, backend_local, worker_stop  # noqa: E402
 from dragonfarm_core.inference.target import resolve_target  # noqa: E402
 from dragonfarm_core.models import bundled_model_path  # noqa: E402
-from dragonfarm_core.runs import files  # noqa: E402
+from dragonfarm_core.rundir import files  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "chat_latency.json"
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import dragonfarm_core as dragon  # noqa: E402
 from dragonfarm_core.data.example import HOUSE_STYLE_PATTERN  # noqa: E402
-from dragonfarm_core.runs import files  # noqa: E402
+from dragonfarm_core.rundir import files  # noqa: E402
 
 MODEL = "dragonfarm/tiny-support"
 PROMPT = "{subject}\n\n{body}"

@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dragonfarm_core.runs import files  # noqa: E402
+from dragonfarm_core.rundir import files  # noqa: E402
 
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 TICKETS = ROOT / "assets" / "example_tickets.csv"

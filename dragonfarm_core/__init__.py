@@ -4,117 +4,131 @@
     ds = dragon.dataset(dragon.example_data()).map(prompt="{subject}\\n\\n{body}", response="reply")
     run = dragon.train(ds, "dragonfarm/tiny-support", wait=True)
 
-Names follow the R edition's manual without the `dragon_` prefix. Each name is imported on first
-use, so `import dragonfarm_core` stays fast and never pulls in torch: training and inference run
-in subprocesses.
+Names follow the R edition's manual without the `dragon_` prefix. Importing the package imports
+the engine (pandas, no torch: training and inference run in subprocesses); only `app`, which
+needs Gradio, imports its module when it is called.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
-import types
-from typing import Any
+import os
+from typing import TYPE_CHECKING
+
+from dragonfarm_core.codegen import code
+from dragonfarm_core.conversation import Chat, chat, chat_load
+from dragonfarm_core.data import (
+    HOUSE_STYLE_PATTERN,
+    DataReport,
+    Dataset,
+    DatasetError,
+    DatasetWarning,
+    conversations,
+    dataset,
+    example_data,
+)
+from dragonfarm_core.environment import check
+from dragonfarm_core.evaluation import evaluate
+from dragonfarm_core.feedback_store import feedback
+from dragonfarm_core.generation import generate
+from dragonfarm_core.inference import (
+    backend,
+    backend_local,
+    backend_ollama,
+    backend_server,
+    set_backend,
+    worker_stop,
+)
+from dragonfarm_core.models import BUNDLED_MODEL_ID, ModelError, presets, resolve_model
+from dragonfarm_core.preference import prefer
+from dragonfarm_core.reinforcement import reinforce, test_rewards
+from dragonfarm_core.rewards import Reward, RewardError, reward
+from dragonfarm_core.rundir import (
+    Run,
+    RunFailedError,
+    archive_run,
+    archived_runs,
+    delete_run,
+    open_run,
+    runs_dir,
+    set_runs_dir,
+    unarchive_run,
+)
+from dragonfarm_core.rundir.store import runs
+from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
+from dragonfarm_core.task_metrics import metric_regex, metrics
+from dragonfarm_core.training import cancel, logs, progress, resume, status, train, wait
+
+if TYPE_CHECKING:
+    import gradio as gr
 
 __version__ = "0.1.0"
 
-# public name -> module that defines it
-_API: dict[str, str] = {
-    # data
-    "dataset": "dragonfarm_core.data",
-    "conversations": "dragonfarm_core.data",
-    "example_data": "dragonfarm_core.data",
-    "Dataset": "dragonfarm_core.data",
-    "DatasetError": "dragonfarm_core.data",
-    "DatasetWarning": "dragonfarm_core.data",
-    "DataReport": "dragonfarm_core.data",
-    "HOUSE_STYLE_PATTERN": "dragonfarm_core.data",
-    # models and environment
-    "presets": "dragonfarm_core.models",
-    "resolve_model": "dragonfarm_core.models",
-    "ModelError": "dragonfarm_core.models",
-    "BUNDLED_MODEL_ID": "dragonfarm_core.models",
-    "check": "dragonfarm_core.environment",
-    # settings
-    "Lora": "dragonfarm_core.settings",
-    "TrainArgs": "dragonfarm_core.settings",
-    "Hardware": "dragonfarm_core.settings",
-    "SettingsError": "dragonfarm_core.settings",
-    # runs
-    "train": "dragonfarm_core.training",
-    "resume": "dragonfarm_core.training",
-    "status": "dragonfarm_core.training",
-    "progress": "dragonfarm_core.training",
-    "logs": "dragonfarm_core.training",
-    "wait": "dragonfarm_core.training",
-    "cancel": "dragonfarm_core.training",
-    "Run": "dragonfarm_core.runs",
-    "RunFailedError": "dragonfarm_core.runs",
-    "open_run": "dragonfarm_core.runs",
-    "runs": "dragonfarm_core.runs.store",
-    "archived_runs": "dragonfarm_core.runs",
-    "archive_run": "dragonfarm_core.runs",
-    "unarchive_run": "dragonfarm_core.runs",
-    "delete_run": "dragonfarm_core.runs",
-    "runs_dir": "dragonfarm_core.runs",
-    "set_runs_dir": "dragonfarm_core.runs",
-    "code": "dragonfarm_core.codegen",
-    # rewards and metrics
-    "reward": "dragonfarm_core.rewards",
-    "Reward": "dragonfarm_core.rewards",
-    "RewardError": "dragonfarm_core.rewards",
-    "metrics": "dragonfarm_core.metrics",
-    "metric_regex": "dragonfarm_core.metrics",
-    # preference, reinforcement, evaluation
-    "prefer": "dragonfarm_core.preference",
-    "reinforce": "dragonfarm_core.reinforcement",
-    "test_rewards": "dragonfarm_core.reinforcement",
-    "evaluate": "dragonfarm_core.evaluation",
-    # inference, chat, feedback
-    "generate": "dragonfarm_core.generation",
-    "chat": "dragonfarm_core.chat",
-    "chat_load": "dragonfarm_core.chat",
-    "Chat": "dragonfarm_core.chat",
-    "feedback": "dragonfarm_core.feedback",
-    "backend": "dragonfarm_core.inference",
-    "set_backend": "dragonfarm_core.inference",
-    "backend_local": "dragonfarm_core.inference",
-    "backend_server": "dragonfarm_core.inference",
-    "backend_ollama": "dragonfarm_core.inference",
-    "worker_stop": "dragonfarm_core.inference",
-    # the app
-    "app": "ui.layout",
-}
 
-__all__ = sorted(_API)
+def app(runs_dir: str | os.PathLike[str], profile: str = "local") -> gr.Blocks:
+    """The Gradio app as a `gr.Blocks`, keeping its runs (and uploads) in `runs_dir`.
 
-# Some public functions share their name with a module of this package: `dragon.runs()` and
-# dragonfarm_core/runs/, `dragon.metrics()`, `dragon.chat()` and `dragon.feedback()` and their
-# modules. Importing a submodule normally binds its name on the package, which would replace
-# the function; this package refuses that binding, so these names always mean the function.
-# (The modules stay importable by their full names: `from dragonfarm_core.chat import Chat`.)
-_SHADOWED = frozenset({"runs", "metrics", "chat", "feedback"})
+    Gradio is imported here, not with the package: the engine never needs it.
+    """
+    from ui.layout import build_app
+
+    return build_app(runs_dir, profile)
 
 
-class _Package(types.ModuleType):
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _SHADOWED and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
-def __getattr__(name: str) -> Any:
-    module = _API.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dragonfarm_core' has no attribute {name!r}")
-    target = "build_app" if name == "app" else name
-    value = getattr(importlib.import_module(module), target)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API))
+__all__ = [
+    "BUNDLED_MODEL_ID",
+    "HOUSE_STYLE_PATTERN",
+    "Chat",
+    "DataReport",
+    "Dataset",
+    "DatasetError",
+    "DatasetWarning",
+    "Hardware",
+    "Lora",
+    "ModelError",
+    "Reward",
+    "RewardError",
+    "Run",
+    "RunFailedError",
+    "SettingsError",
+    "TrainArgs",
+    "app",
+    "archive_run",
+    "archived_runs",
+    "backend",
+    "backend_local",
+    "backend_ollama",
+    "backend_server",
+    "cancel",
+    "chat",
+    "chat_load",
+    "check",
+    "code",
+    "conversations",
+    "dataset",
+    "delete_run",
+    "evaluate",
+    "example_data",
+    "feedback",
+    "generate",
+    "logs",
+    "metric_regex",
+    "metrics",
+    "open_run",
+    "prefer",
+    "presets",
+    "progress",
+    "reinforce",
+    "reward",
+    "resolve_model",
+    "resume",
+    "runs",
+    "runs_dir",
+    "set_backend",
+    "set_runs_dir",
+    "status",
+    "test_rewards",
+    "train",
+    "unarchive_run",
+    "wait",
+    "worker_stop",
+]

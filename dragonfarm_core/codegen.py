@@ -17,9 +17,9 @@ from typing import Any
 
 from dragonfarm_core.data.codegen import dataset_code, literal
 from dragonfarm_core.reinforcement import rewards_code
-from dragonfarm_core.runs import files, location
-from dragonfarm_core.runs.create import slugify
-from dragonfarm_core.runs.run import Run, open_run
+from dragonfarm_core.rundir import files, location
+from dragonfarm_core.rundir.create import slugify
+from dragonfarm_core.rundir.run import Run, open_run
 from dragonfarm_core.settings import Hardware, Lora, TrainArgs, to_dict
 
 FUNCTIONS = {

@@ -144,7 +144,7 @@ def _hf_token_configured() -> bool:
 
 def check(runs_dir: str | os.PathLike[str] | None = None, verbose: bool = True) -> dict[str, Any]:
     """Collect the facts, print a summary when `verbose`, and return them as a dict."""
-    from dragonfarm_core.runs.location import runs_dir as default_runs_dir
+    from dragonfarm_core.rundir.location import runs_dir as default_runs_dir
 
     where = Path(runs_dir) if runs_dir is not None else Path(default_runs_dir())
     probe_at = where if where.exists() else next(p for p in [where, *where.parents] if p.exists())

@@ -27,10 +27,10 @@ from typing import Any
 
 import pandas as pd
 
-from dragonfarm_core.metrics import apply_metrics
-from dragonfarm_core.metrics import metrics as builtin_metrics
-from dragonfarm_core.runs import files, launch
-from dragonfarm_core.runs.run import Run, open_run
+from dragonfarm_core.task_metrics import apply_metrics
+from dragonfarm_core.task_metrics import metrics as builtin_metrics
+from dragonfarm_core.rundir import files, launch
+from dragonfarm_core.rundir.run import Run, open_run
 
 RECOMPUTE_TIMEOUT_S = 3600.0
 KILL_GRACE_S = 5.0

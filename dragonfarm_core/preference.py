@@ -17,7 +17,7 @@ import math
 import os
 from typing import Any
 
-from dragonfarm_core.runs.run import Run
+from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from dragonfarm_core.training import start_training
 

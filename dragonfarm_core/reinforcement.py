@@ -25,8 +25,8 @@ import pandas as pd
 
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.rewards import Reward, RewardErrors, assign_names, reward_names, score
-from dragonfarm_core.runs import files
-from dragonfarm_core.runs.run import Run
+from dragonfarm_core.rundir import files
+from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from dragonfarm_core.trainers.config import extra_args
 from dragonfarm_core.training import start_training

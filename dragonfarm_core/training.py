@@ -19,8 +19,8 @@ from typing import Any
 
 import pandas as pd
 
-from dragonfarm_core.runs import create, files, launch, queue
-from dragonfarm_core.runs.run import Run, open_run
+from dragonfarm_core.rundir import create, files, launch, queue
+from dragonfarm_core.rundir.run import Run, open_run
 from dragonfarm_core.settings import Hardware, Lora, TrainArgs
 
 # Settings are frozen, so one default instance is safely shared by every call.

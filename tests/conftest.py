@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dragonfarm_core.runs import launch, location
+from dragonfarm_core.rundir import launch, location
 
-# This test session gets its own machine-wide training queue (runs/queue.py), so its trainers
+# This test session gets its own machine-wide training queue (rundir/queue.py), so its trainers
 # never wait for, or hold up, real trainings or another session's. Child processes receive an
 # allow-listed environment (launch.child_env): the stand-in trainer's and worker's knobs are
 # added to the list.

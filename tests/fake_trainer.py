@@ -19,7 +19,7 @@ import signal
 import time
 from pathlib import Path
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 
 
 def _knob(name: str, default: float) -> float:

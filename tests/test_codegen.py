@@ -9,8 +9,8 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core.codegen import code
-from dragonfarm_core.runs import files, location
-from dragonfarm_core.runs.create import create_run
+from dragonfarm_core.rundir import files, location
+from dragonfarm_core.rundir.create import create_run
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import dragonfarm_core as dragon
 from dragonfarm_core.codegen import code
 from dragonfarm_core.evaluation import evaluate
 from dragonfarm_core.preference import prefer
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import SettingsError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from dragonfarm_core.inference.protocol import Sampling
 from dragonfarm_core.reinforcement import ReinforceArgs, reinforce, rewards_code
 from dragonfarm_core.reinforcement import test_rewards as dry_run
 from dragonfarm_core.rewards import Reward, reward
-from dragonfarm_core.runs import files, location
+from dragonfarm_core.rundir import files, location
 from dragonfarm_core.settings import Hardware, SettingsError, TrainArgs
 
 ROOT = Path(__file__).resolve().parents[1]

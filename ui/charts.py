@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from ui.present import duration_text
 
 LOSS_COLOUR, EVAL_COLOUR, LR_COLOUR = "#059669", "#d97706", "#6366f1"

@@ -23,7 +23,7 @@ from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.inference import Backend
 from dragonfarm_core.inference.ollama import DEFAULT_URL as OLLAMA_URL
 from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.runs import location
+from dragonfarm_core.rundir import location
 from ui import present
 
 KEY_ENV = "DRAGONFARM_BACKEND_API_KEY"  # where the code panel reads a key from; never the key

@@ -16,7 +16,7 @@ from pathlib import Path
 import gradio as gr
 
 from dragonfarm_core.models import BUNDLED_MODEL_ID, ResolvedModel, bundled_model_path
-from dragonfarm_core.runs.files import UPLOADS_DIR
+from dragonfarm_core.rundir.files import UPLOADS_DIR
 
 PROFILE_ENV = "DRAGONFARM_PROFILE"
 RUNS_DIR_ENV = "DRAGONFARM_RUNS_DIR"

@@ -24,7 +24,7 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from dragonfarm_core import http_guard
-from dragonfarm_core.runs.files import UPLOADS_DIR
+from dragonfarm_core.rundir.files import UPLOADS_DIR
 from dragonfarm_core.upload_caps import UploadCaps
 from ui.context import Profile, app_runs_dir, get_profile, new_context
 from ui.tabs import chat, data, evaluate, feedback, mapping, model, monitor, runs, train

@@ -16,7 +16,7 @@ import pandas as pd
 
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.data.example import EXAMPLE_FILE
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 
 PREVIEW_ROWS = 20
 CELL_CHARS = 300

@@ -17,7 +17,7 @@ from dragonfarm_core.data.codegen import dataset_code, literal
 from dragonfarm_core.models import ResolvedModel
 from dragonfarm_core.reinforcement import ReinforceArgs, rewards_code
 from dragonfarm_core.rewards import Reward, assign_names
-from dragonfarm_core.runs import location
+from dragonfarm_core.rundir import location
 from dragonfarm_core.settings import Hardware, Lora, TrainArgs
 from ui import present
 

@@ -39,7 +39,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 
 # Writes only: opening and reading a file (which the pages themselves do) must not count as a
 # change, or every read would trigger the next one.

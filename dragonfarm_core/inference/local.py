@@ -37,7 +37,7 @@ from dragonfarm_core.inference.protocol import (
     OnToken,
     Sampling,
 )
-from dragonfarm_core.runs import launch
+from dragonfarm_core.rundir import launch
 
 WORKER_MODULE = "dragonfarm_core.inference.worker"
 DEVICES = ("auto", "cuda", "mps", "cpu")

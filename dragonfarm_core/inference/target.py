@@ -14,7 +14,7 @@ from typing import Any
 
 from dragonfarm_core.inference.protocol import ModelSpec
 from dragonfarm_core.models import resolve_model
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dragonfarm_core.metrics import last_number
+from dragonfarm_core.task_metrics import last_number
 from dragonfarm_core.rewards import runner
 from dragonfarm_core.rewards.errors import RewardError
 

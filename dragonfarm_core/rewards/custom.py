@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.rewards.errors import RewardError
-from dragonfarm_core.runs.files import REWARDS_DIR
+from dragonfarm_core.rundir.files import REWARDS_DIR
 
 RewardFn = Callable[[Any, str, Any, Any], Any]
 

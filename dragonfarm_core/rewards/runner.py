@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dragonfarm_core.rewards.errors import RewardError
-from dragonfarm_core.runs import launch
+from dragonfarm_core.rundir import launch
 
 COMPLETION_FILE_TOKEN = "{completion_file}"
 # Inside the command's working directory. A test-file name, so that `pytest` run there collects

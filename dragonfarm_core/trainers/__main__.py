@@ -2,7 +2,7 @@
 
     python -m dragonfarm_core.trainers RUN_DIR
 
-`dragonfarm_core.runs.launch.start_run` spawns this, with the allow-listed `launch.child_env()`
+`dragonfarm_core.rundir.launch.start_run` spawns this, with the allow-listed `launch.child_env()`
 (no token: the app downloaded the model, and the config names its folder). It first waits its
 turn in the machine's device queue (pure Python, nothing heavy imported while it waits), then
 imports the trainer for the run's method, `dragonfarm_core.trainers.<method>`, and calls its
@@ -20,7 +20,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from dragonfarm_core.runs import files, queue
+from dragonfarm_core.rundir import files, queue
 
 TRAINER_MODULE_ENV = "DRAGONFARM_TRAINER_MODULE"
 

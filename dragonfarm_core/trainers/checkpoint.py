@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers.common import TrainState
 from dragonfarm_core.trainers.optim import Optimization

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Hardware, SettingsError
 
 HEARTBEAT_S = 2.0

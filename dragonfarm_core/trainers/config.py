@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs, from_dict
 
 SCHEDULERS = ("linear", "cosine", "constant")

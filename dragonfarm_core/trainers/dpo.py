@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers import lifecycle, modeling, pref_data
 from dragonfarm_core.trainers.batching import StepPlan, grouped_batches
 from dragonfarm_core.trainers.common import (

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers import evaluation, modeling, pref_data, sft_data
 from dragonfarm_core.trainers.common import ModelLoadError, resolve_placement
 from dragonfarm_core.trainers.config import TrainConfig, load_config

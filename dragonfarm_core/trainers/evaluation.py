@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers.batching import collate, sorted_batches
 from dragonfarm_core.trainers.grpo_rollout import left_pad
 from dragonfarm_core.trainers.modeling import label_loss

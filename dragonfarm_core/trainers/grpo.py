@@ -24,7 +24,7 @@ import torch
 
 from dragonfarm_core.reinforcement import ReinforceArgs
 from dragonfarm_core.rewards import Reward, RewardErrors, reward_names
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers import grpo_rollout as rl
 from dragonfarm_core.trainers import lifecycle, modeling
 from dragonfarm_core.trainers.batching import grouped_batches

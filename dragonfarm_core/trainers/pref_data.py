@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers import sft_data
 from dragonfarm_core.trainers.batching import collate, sorted_batches

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 
 CHATML = (
     "{% for message in messages %}"

@@ -6,7 +6,7 @@ import pytest
 
 from dragonfarm_core.inference.target import resolve_target
 from dragonfarm_core.models import ModelError
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 
 
 @pytest.fixture

@@ -107,8 +107,8 @@ def test_killing_the_worker_mid_request_restarts_it(tiny_run, local):
 
 
 def test_chat_with_the_local_worker(tiny_run, local, tmp_path):
-    from dragonfarm_core.chat import chat
-    from dragonfarm_core.feedback import read_events
+    from dragonfarm_core.conversation import chat
+    from dragonfarm_core.feedback_store import read_events
 
     c = chat(
         tiny_run,

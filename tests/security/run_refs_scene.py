@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 
 SAMPLES = [{"prompt": "Device 1 reboots", "reference": "Reset it (1).", "generated": "Reset it."}]
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from dragonfarm_core.rewards import RewardErrors, reward, score
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 
 
 def main(run_dir: str) -> None:

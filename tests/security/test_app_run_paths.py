@@ -20,7 +20,7 @@ import httpx
 import pytest
 from run_refs_scene import Scene, make_scene
 
-from dragonfarm_core.runs import files, launch, location
+from dragonfarm_core.rundir import files, launch, location
 from ui import watch
 from ui.layout import build_app
 

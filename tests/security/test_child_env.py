@@ -11,7 +11,7 @@ import pytest
 
 from dragonfarm_core import evaluation
 from dragonfarm_core.inference import backend_local, worker_stop
-from dragonfarm_core.runs import launch
+from dragonfarm_core.rundir import launch
 
 HERE = Path(__file__).resolve().parent
 NEEDED = {

@@ -25,9 +25,9 @@ import pytest
 
 from dragonfarm_core.data.dataset import dataset
 from dragonfarm_core.rewards.command import run_command
-from dragonfarm_core.runs import files, launch
-from dragonfarm_core.runs.create import create_run
-from dragonfarm_core.runs.run import Run, RunFailedError
+from dragonfarm_core.rundir import files, launch
+from dragonfarm_core.rundir.create import create_run
+from dragonfarm_core.rundir.run import Run, RunFailedError
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -157,7 +157,7 @@ def test_a_command_reward_finds_no_secret_in_any_process_it_can_read(tmp_path, c
 def test_hiding_the_environment_keeps_every_value_for_the_process_and_its_children(canaries):
     code = (
         "import json, os, subprocess\n"
-        "from dragonfarm_core.runs import launch\n"
+        "from dragonfarm_core.rundir import launch\n"
         "done = launch.hide_environ()\n"
         "shown = open('/proc/self/environ', 'rb').read().decode()\n"
         "child = subprocess.run(['sh', '-c', 'echo $HF_TOKEN'], capture_output=True, text=True)\n"

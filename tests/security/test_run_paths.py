@@ -16,7 +16,7 @@ import pytest
 from run_refs_scene import make_scene, snapshot, write_run
 
 import dragonfarm_core as dragon
-from dragonfarm_core.runs import files, location, refs
+from dragonfarm_core.rundir import files, location, refs
 
 ATTACKS = ["absolute", "dotdot", "nested-dotdot", "encoded", "double-encoded", "symlink-id",
            "symlink-path"]  # fmt: skip

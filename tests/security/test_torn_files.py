@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.runs import files, launch, store
-from dragonfarm_core.runs.create import create_run
-from dragonfarm_core.runs.run import Run, RunFailedError
+from dragonfarm_core.rundir import files, launch, store
+from dragonfarm_core.rundir.create import create_run
+from dragonfarm_core.rundir.run import Run, RunFailedError
 from dragonfarm_core.trainers.common import RunReporter
 from ui import charts, present
 from ui.tabs import monitor

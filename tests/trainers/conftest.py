@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from trainer_fixtures import build_tiny_model, support_conversations
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Lora, SettingsError, TrainArgs
 from dragonfarm_core.trainers import checkpoint, modeling, optim
 from dragonfarm_core.trainers.common import Placement, TrainState

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Lora, TrainArgs
 from dragonfarm_core.trainers import checkpoint, modeling, optim
 from dragonfarm_core.trainers.common import Placement, TrainState

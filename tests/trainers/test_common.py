@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Hardware, SettingsError
 from dragonfarm_core.trainers import common
 from dragonfarm_core.trainers.common import DataError, ModelLoadError, RunReporter

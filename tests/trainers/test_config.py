@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers.config import ExtraArgs, extra_args, load_config
 from dragonfarm_core.trainers.optim import lr_factor

@@ -17,8 +17,8 @@ import torch
 from trainer_fixtures import support_conversations
 
 import dragonfarm_core as dragon
-from dragonfarm_core.runs import create, files
-from dragonfarm_core.runs.run import Run
+from dragonfarm_core.rundir import create, files
+from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Lora, SettingsError
 from dragonfarm_core.trainers import dpo, modeling, pref_data, sft
 from dragonfarm_core.trainers.common import DataError, Placement

@@ -15,7 +15,7 @@ import torch
 
 from dragonfarm_core.data import dataset
 from dragonfarm_core.rewards import Reward, reward
-from dragonfarm_core.runs import create, files
+from dragonfarm_core.rundir import create, files
 from dragonfarm_core.settings import Hardware, Lora, TrainArgs
 from dragonfarm_core.trainers import grpo, modeling
 from dragonfarm_core.trainers import grpo_rollout as rl

@@ -9,8 +9,8 @@ import pytest
 import torch
 from test_dpo import _read_back, pairs_dataset, sft_dataset, support_pairs, write_run
 
-from dragonfarm_core.runs import files
-from dragonfarm_core.runs.run import Run
+from dragonfarm_core.rundir import files
+from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Lora
 from dragonfarm_core.trainers import modeling, orpo, pref_data, sft
 from dragonfarm_core.trainers.common import Placement

@@ -13,7 +13,7 @@ import time
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers import evaluation, sft
 
 HEADER = "<|im_start|>assistant\n"

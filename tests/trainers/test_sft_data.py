@@ -8,7 +8,7 @@ import pytest
 from trainer_fixtures import support_conversations
 from transformers import AutoTokenizer
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers import sft_data
 from dragonfarm_core.trainers.common import DataError
 from dragonfarm_core.trainers.sft_data import IGNORE

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers import sft
 from dragonfarm_core.trainers.common import DataError

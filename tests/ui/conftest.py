@@ -17,7 +17,7 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.runs import files, launch, location
+from dragonfarm_core.rundir import files, launch, location
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 FAKE_TRAINER_KNOBS = ("STEPS", "STEP_S", "FAIL_AT", "SAVE_EVERY", "IGNORE_CANCEL", "IGNORE_TERM",

@@ -22,7 +22,8 @@ def test_build_app_has_one_tab_per_module_and_makes_the_uploads_folder(tmp_path:
         == [tab.TITLE for tab in layout.TABS]
         == ["Data", "Mapping", "Model", "Train", "Monitor", "Evaluate", "Chat", "Feedback", "Runs"]
     )
-    assert dragon.app is layout.build_app
+    public = dragon.app(tmp_path / "other")
+    assert isinstance(public, layout.DragonfarmApp) and (tmp_path / "other" / "uploads").is_dir()
 
 
 def test_profiles(monkeypatch):

@@ -15,10 +15,10 @@ from typing import Any
 import gradio as gr
 import pytest
 
-from dragonfarm_core.feedback import read_events
+from dragonfarm_core.feedback_store import read_events
 from dragonfarm_core.inference import InferenceError
 from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.runs import files, location
+from dragonfarm_core.rundir import files, location
 from ui.tabs import chat
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inference"))

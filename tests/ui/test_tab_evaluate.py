@@ -16,7 +16,7 @@ import gradio as gr
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.runs import create, files
+from dragonfarm_core.rundir import create, files
 from ui import watch
 from ui.tabs import evaluate
 

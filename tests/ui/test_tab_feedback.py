@@ -16,7 +16,7 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.runs import location
+from dragonfarm_core.rundir import location
 from ui.tabs import feedback
 
 SKIP = gr.skip()

@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.runs import create, files, location
-from dragonfarm_core.runs.run import Run
+from dragonfarm_core.rundir import create, files, location
+from dragonfarm_core.rundir.run import Run
 from ui import present, watch
 from ui.tabs import runs
 

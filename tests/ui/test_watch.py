@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from ui import watch
 
 # Moving a watched folder makes watchdog warn that it re-registers the watch (see ui/watch.py).

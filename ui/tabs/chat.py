@@ -26,7 +26,7 @@ import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.inference.ollama import DEFAULT_URL as OLLAMA_URL
 from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.runs import refs
+from dragonfarm_core.rundir import refs
 from ui import present, watch
 from ui.chat_session import CODE_HINT, NAMES, Session, chat_code, prepare, read_setup, stream, turns
 from ui.context import AppContext

@@ -19,7 +19,7 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
-from dragonfarm_core.runs import refs
+from dragonfarm_core.rundir import refs
 from ui import present, watch
 from ui.context import AppContext
 

@@ -18,7 +18,7 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
-from dragonfarm_core.feedback import (
+from dragonfarm_core.feedback_store import (
     EVENTS_FILE,
     feedback_dir,
     judgments,
@@ -27,7 +27,7 @@ from dragonfarm_core.feedback import (
     sft_rows,
 )
 from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.runs import location
+from dragonfarm_core.rundir import location
 from ui import present
 from ui.context import AppContext
 

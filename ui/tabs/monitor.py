@@ -24,7 +24,7 @@ import gradio as gr
 import pandas as pd
 
 import dragonfarm_core as dragon
-from dragonfarm_core.runs import files, refs
+from dragonfarm_core.rundir import files, refs
 from ui import charts, present, watch
 from ui.context import AppContext
 

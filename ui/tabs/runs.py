@@ -20,7 +20,7 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
-from dragonfarm_core.runs import files, refs, store
+from dragonfarm_core.rundir import files, refs, store
 from ui import present, watch
 from ui.context import AppContext
 

@@ -33,8 +33,8 @@ from dragonfarm_core import preference, reinforcement
 from dragonfarm_core.models import ResolvedModel
 from dragonfarm_core.reinforcement import ReinforceArgs
 from dragonfarm_core.rewards import Reward, reward_names
-from dragonfarm_core.runs import refs
-from dragonfarm_core.runs.create import METHOD_KINDS
+from dragonfarm_core.rundir import refs
+from dragonfarm_core.rundir.create import METHOD_KINDS
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from ui import present, watch
 from ui.context import AppContext

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.feedback import record_event
+from dragonfarm_core.feedback_store import record_event
 from dragonfarm_core.generation import target_for
 from dragonfarm_core.inference.default import backend as default_backend
 from dragonfarm_core.inference.protocol import Backend, Message, OnToken, Sampling
 from dragonfarm_core.inference.target import Target
 from dragonfarm_core.inference.tokens import count_tokens
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 
 
 @dataclass(frozen=True)

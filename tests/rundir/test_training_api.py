@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dragonfarm_core import training
-from dragonfarm_core.runs import files
-from dragonfarm_core.runs.run import RunFailedError
+from dragonfarm_core.rundir import files
+from dragonfarm_core.rundir.run import RunFailedError
 from dragonfarm_core.training import resume, train
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from dragonfarm_core.data.dataset import Dataset, dataset
-from dragonfarm_core.runs import files, launch, location
+from dragonfarm_core.rundir import files, launch, location
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 KNOBS = ("STEPS", "STEP_S", "SAVE_EVERY", "FAIL_AT", "IGNORE_CANCEL", "IGNORE_TERM", "NO_FINAL")

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from dragonfarm_core.runs import files, queue
+from dragonfarm_core.rundir import files, queue
 
 # A run just written as queued has no pid for the few milliseconds its launcher needs to spawn
 # it; a pid-less queued status younger than this is taken as starting, not as dead.

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from dragonfarm_core.runs import files
-from dragonfarm_core.runs.create import create_run
-from dragonfarm_core.runs.run import PROGRESS_COLUMNS, Run, RunFailedError, open_run
+from dragonfarm_core.rundir import files
+from dragonfarm_core.rundir.create import create_run
+from dragonfarm_core.rundir.run import PROGRESS_COLUMNS, Run, RunFailedError, open_run
 from dragonfarm_core.training import train
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psutil
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 from dragonfarm_core.training import train
 
 

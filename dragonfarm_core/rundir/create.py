@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.runs import files, location
+from dragonfarm_core.rundir import files, location
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs, to_dict
 from dragonfarm_core.trainers.config import extra_args
 
@@ -118,7 +118,7 @@ def _is_run_folder(model: Any) -> bool:
 
 def _model_config(model: Any, revision: str | None, trust_remote_code: bool) -> dict[str, Any]:
     """config.json's model block (with continued_from) for a model name, a folder or a run."""
-    from dragonfarm_core.runs.run import Run  # run.py imports the launcher; only needed here
+    from dragonfarm_core.rundir.run import Run  # run.py imports the launcher; only needed here
 
     if not isinstance(trust_remote_code, bool):
         raise SettingsError("trust_remote_code must be True or False.")

@@ -32,7 +32,7 @@ from typing import Any
 import pandas as pd
 
 from dragonfarm_core.inference.protocol import Message
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 
 EVENTS_FILE = "events.jsonl"
 VERDICTS = ("up", "down")
@@ -53,7 +53,7 @@ RECORD_COLUMNS = [
 
 
 def feedback_dir(runs_dir: str | os.PathLike[str] | None = None) -> Path:
-    from dragonfarm_core.runs import runs_dir as resolve_runs_dir
+    from dragonfarm_core.rundir import runs_dir as resolve_runs_dir
 
     return Path(resolve_runs_dir(runs_dir)) / files.FEEDBACK_DIR
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dragonfarm_core.runs import files, launch
-from dragonfarm_core.runs.create import create_run
-from dragonfarm_core.runs.run import Run, RunFailedError
+from dragonfarm_core.rundir import files, launch
+from dragonfarm_core.rundir.create import create_run
+from dragonfarm_core.rundir.run import Run, RunFailedError
 from dragonfarm_core.training import train
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_the_command_is_an_argv_list_in_its_own_session(runs_root, sft_data, mod
 
 LAUNCHER = """
 import sys
-from dragonfarm_core.runs import launch
+from dragonfarm_core.rundir import launch
 launch.start_run(sys.argv[1])
 """
 

@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from dragonfarm_core.runs import files, launch
-from dragonfarm_core.runs.run import Run
+from dragonfarm_core.rundir import files, launch
+from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Hardware
 from dragonfarm_core.training import train
 
@@ -96,7 +96,7 @@ print(json.dumps([str(r.dir) for r in runs]))
 """
 LISTER = """
 import sys
-from dragonfarm_core.runs.store import runs
+from dragonfarm_core.rundir.store import runs
 print(runs(sys.argv[1])[["id", "state"]].to_json(orient="records"))
 """
 

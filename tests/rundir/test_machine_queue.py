@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dragonfarm_core.runs import files, queue
-from dragonfarm_core.runs.run import Run
+from dragonfarm_core.rundir import files, queue
+from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Hardware
 from dragonfarm_core.training import train
 

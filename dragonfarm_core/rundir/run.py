@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from dragonfarm_core.runs import files, launch, location, refs
+from dragonfarm_core.rundir import files, launch, location, refs
 
 PROGRESS_COLUMNS = ["step", "epoch", "loss", "eval_loss", "lr", "grad_norm", "elapsed_s", "eta_s"]
 

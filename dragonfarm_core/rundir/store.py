@@ -17,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from dragonfarm_core.runs import files, launch, location, refs
-from dragonfarm_core.runs.run import Run
+from dragonfarm_core.rundir import files, launch, location, refs
+from dragonfarm_core.rundir.run import Run
 
 COLUMNS = [
     "id",

@@ -7,9 +7,9 @@ import os
 import psutil
 import pytest
 
-from dragonfarm_core.runs import files, store
-from dragonfarm_core.runs.create import create_run
-from dragonfarm_core.runs.run import Run
+from dragonfarm_core.rundir import files, store
+from dragonfarm_core.rundir.create import create_run
+from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.training import train
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import psutil
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 
 POLL_S = 0.5
 # How long the trainer waits for its launcher to record the pid (normally milliseconds).

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dragonfarm_core.runs import location
-from dragonfarm_core.runs.create import create_run
+from dragonfarm_core.rundir import location
+from dragonfarm_core.rundir.create import create_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def test_argument_then_setting_then_env(tmp_path, fake_env, monkeypatch):
 
 SESSION_SCRIPT = """
 import sys
-from dragonfarm_core.runs import files, location
+from dragonfarm_core.rundir import files, location
 root = location.runs_dir()
 assert location.is_session_dir(root) and root.name == "dragonfarm_runs", root
 run = root / "20260101-000000-demo"

@@ -3,8 +3,8 @@
 import pytest
 
 from dragonfarm_core.data import conversations, dataset
-from dragonfarm_core.feedback import feedback, record_event
-from dragonfarm_core.runs import files
+from dragonfarm_core.feedback_store import feedback, record_event
+from dragonfarm_core.rundir import files
 
 SYSTEM = {"role": "system", "content": "Be kind."}
 ASK = {"role": "user", "content": "My order arrived damaged."}

@@ -17,7 +17,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 
 ENV_VAR = "DRAGONFARM_RUNS_DIR"
 SESSION_PREFIX = "dragonfarm-session-"
@@ -112,7 +112,7 @@ def announce_run(runs_dir: str | os.PathLike[str]) -> None:
 
 def _active_runs(root: Path) -> list[Path]:
     """Runs under `root` whose trainer process is still queued or running."""
-    from dragonfarm_core.runs.launch import live_status  # the launcher imports this module
+    from dragonfarm_core.rundir.launch import live_status  # the launcher imports this module
 
     active = []
     for child in sorted(root.iterdir()) if root.is_dir() else []:

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from urllib.parse import unquote
 
-from dragonfarm_core.runs import files
+from dragonfarm_core.rundir import files
 
 # Enough for %252F (encoded twice); a longer chain still gets the same check at each step.
 DECODE_ROUNDS = 4

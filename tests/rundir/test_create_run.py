@@ -11,9 +11,9 @@ import pytest
 from dragonfarm_core.data.conversations import conversations
 from dragonfarm_core.data.dataset import dataset
 from dragonfarm_core.models import ModelError
-from dragonfarm_core.runs import create, files
-from dragonfarm_core.runs.create import create_run
-from dragonfarm_core.runs.run import Run
+from dragonfarm_core.rundir import create, files
+from dragonfarm_core.rundir.create import create_run
+from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 
 CONFIG_KEYS = {
