@@ -5,42 +5,52 @@
     ev = dragon.evaluate(run, n_samples=100, metrics=["exact", dragon.metric_regex(r"^Hi ")])
     ev.metrics                                        # {"exact": 0.12, "regex:^Hi ": 0.97}
 
+    pending = dragon.start_evaluation(run, recompute=True)   # returns at once (the app's way)
+    pending.state; pending.cancel(); ev = pending.wait()
+
 Training writes eval.json and samples.json at its end; this reads them. It recomputes them with
 the saved adapter when asked (`recompute=True`), when nothing was saved (a cancelled run), or
-when more samples are asked for than were written, in a subprocess
-(`python -m dragonfarm_core.trainers.evaluate_run`), so this process never imports torch.
+when more samples are asked for than were written, as a background job (`rundir.jobs`: folder
+<run>/jobs/evaluate-<time>/, `python -m dragonfarm_core.trainers.evaluate_run`, queued for the
+run's device), so this process never imports torch; `evaluate` waits for it, with a timeout.
 Metric results go into the run's metrics.json (per metric: mean, per-row values, row count),
 where the comparison table finds them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import signal
-import subprocess
+import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from dragonfarm_core.methods import METHODS
+from dragonfarm_core.rundir import files, jobs, queue
+from dragonfarm_core.rundir.run import Run, open_run
 from dragonfarm_core.task_metrics import apply_metrics
 from dragonfarm_core.task_metrics import metrics as builtin_metrics
-from dragonfarm_core.rundir import files, launch
-from dragonfarm_core.rundir.run import Run, open_run
 
 RECOMPUTE_TIMEOUT_S = 3600.0
-KILL_GRACE_S = 5.0
+# How long a cancelled recompute gets to stop by itself before its process group is killed.
+CANCEL_TIMEOUT_S = 10.0
+JOB_KIND = "evaluate"
 SAMPLE_COLUMNS = ("prompt", "reference", "generated")
-RECOMPUTABLE = ("sft", "dpo", "orpo")
+RECOMPUTABLE = tuple(name for name, row in METHODS.items() if row.recomputable)
 
 
 @dataclass(frozen=True, eq=False)
-class Evaluation:
-    """A run's evaluation: eval.json's values (also as attributes), samples and metric means.
+class Evaluation(Mapping[str, Any]):
+    """A run's evaluation: eval.json's values, `samples` and `metrics`, as a read-only mapping.
+
+    The manual returns a list of named values, so this is a full `collections.abc.Mapping`
+    (`ev["eval_loss"]`, `"pref_accuracy" in ev`, `dict(ev)`, `ev.keys()`); eval.json's values are
+    attributes too (`ev.eval_loss`). Every other public result object is a plain dataclass.
 
     SFT runs hold eval_loss, perplexity and eval_tokens; DPO and ORPO runs pref_accuracy,
     reward_margin, eval_pairs and eval_loss (their training objective on held-out pairs); GRPO
@@ -68,11 +78,16 @@ class Evaluation:
             return getattr(self, key)
         return self.results[key]
 
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            return default
+    def __iter__(self) -> Iterator[str]:
+        yield from self.results
+        yield from ("samples", "metrics")
+
+    def __len__(self) -> int:
+        return len(self.results) + 2
+
+    # Mapping's value equality would compare the samples DataFrames, which has no truth value.
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
     def to_dict(self) -> dict[str, Any]:
         """eval.json's values, plus samples (list of dicts) and metrics (name -> mean)."""
@@ -134,52 +149,6 @@ def _mean(values: list[float]) -> float | None:
     return sum(finite) / len(finite) if finite else None
 
 
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the evaluator's process group, SIGKILL it after a grace period."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(KILL_GRACE_S)
-            return
-
-
-def recompute_evaluation(run: Run, n_samples: int, timeout: float = RECOMPUTE_TIMEOUT_S) -> None:
-    """Rewrite the run's eval.json and samples.json in a subprocess with its saved adapter."""
-    argv = [sys.executable, "-m", "dragonfarm_core.trainers.evaluate_run", str(run.dir),
-            "--n-samples", str(n_samples)]  # fmt: skip
-    with open(files.log_path(run.dir), "ab") as log:
-        log.write(f"[dragonfarm] {files.now_iso()} evaluate: {' '.join(argv)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=run.dir,
-            env=launch.child_env(),
-            start_new_session=True,
-            close_fds=True,
-        )
-    try:
-        code = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        _stop_group(proc)
-        tail = "\n".join(files.read_log_tail(run.dir, 20))
-        raise TimeoutError(
-            f"Evaluating run {run.id} took longer than {timeout:g} s and was stopped. Ask for "
-            f"fewer samples (n_samples=) or pass a longer timeout=.\nLast lines of the log:\n{tail}"
-        ) from None
-    finally:
-        if proc.poll() is None:  # interrupted (Ctrl-C): leave no evaluator behind
-            _stop_group(proc)
-    if code != 0:
-        tail = "\n".join(files.read_log_tail(run.dir, 30))
-        raise RuntimeError(
-            f"Evaluating run {run.id} failed (exit status {code}).\nLast lines of the log:\n{tail}"
-        )
-
-
 def _available_rows(run: Run) -> int:
     """How many rows samples can come from: the held-out rows, else the training rows."""
     data = run.config.get("data") or {}
@@ -209,7 +178,8 @@ def _needs_recompute(run: Run, n: int, recompute: bool) -> bool:
 
 
 def _samples_frame(samples: list[dict[str, Any]], method: str) -> pd.DataFrame:
-    columns = list(SAMPLE_COLUMNS) + (["rejected"] if method in ("dpo", "orpo") else [])
+    pairs = method in METHODS and METHODS[method].data_kind == "pairs"
+    columns = list(SAMPLE_COLUMNS) + (["rejected"] if pairs else [])
     frame = pd.DataFrame(samples, columns=None if samples else columns)
     for column in columns:
         if column not in frame:
@@ -217,14 +187,14 @@ def _samples_frame(samples: list[dict[str, Any]], method: str) -> pd.DataFrame:
     return frame[columns + [c for c in frame.columns if c not in columns]]
 
 
-def store_metrics(run: Run, chosen: dict[str, Any], samples: pd.DataFrame, fresh: bool) -> dict:
-    """Score the samples with `chosen` and merge the results into metrics.json (replace it
-    when `fresh`: older entries scored samples that no longer exist); returns name -> mean."""
+def store_metrics(run: Run, chosen: dict[str, Any], samples: pd.DataFrame) -> dict:
+    """Score the samples with `chosen` and merge the results into metrics.json; returns
+    name -> mean. (A recompute empties metrics.json: its entries scored the old samples.)"""
     values = apply_metrics(
         chosen, list(samples["generated"]), list(samples["reference"]), list(samples["prompt"])
     )
     path = run.dir / files.METRICS
-    stored = {} if fresh else (files.read_json(path) or {})
+    stored = files.read_json(path) or {}
     for name, column in values.items():
         stored[name] = {"mean": _mean(column), "values": column, "n": len(column),
                         "computed_at": files.now_iso()}  # fmt: skip
@@ -232,12 +202,141 @@ def store_metrics(run: Run, chosen: dict[str, Any], samples: pd.DataFrame, fresh
     return {name: stored[name]["mean"] for name in values}
 
 
-def stored_metrics(run: Run, fresh: bool) -> dict[str, float | None]:
+def stored_metrics(run: Run) -> dict[str, float | None]:
     """name -> mean of the metrics stored earlier (none after a recomputation)."""
-    path = run.dir / files.METRICS
-    if fresh and path.exists():
-        files.write_json(path, {})
-    return {name: entry.get("mean") for name, entry in (files.read_json(path) or {}).items()}
+    stored = files.read_json(run.dir / files.METRICS) or {}
+    return {name: entry.get("mean") for name, entry in stored.items()}
+
+
+def _read(run: Run, n: int, chosen: dict[str, Any] | None, recomputed: bool) -> Evaluation:
+    """The Evaluation of what the run's files hold now, with `chosen` scored and stored."""
+    results = files.read_eval(run.dir) or {}
+    samples = _samples_frame((files.read_samples(run.dir) or [])[:n], run.method)
+    means = store_metrics(run, chosen, samples) if chosen else stored_metrics(run)
+    return Evaluation(run.id, run.method, results, samples, means, recomputed=recomputed)
+
+
+def evaluator_command(run_dir: Path, n_samples: int, job_dir: Path) -> list[str]:
+    """The recompute's process: the evaluator entry point, run as the job in `job_dir`."""
+    return [sys.executable, "-m", "dragonfarm_core.trainers.evaluate_run", str(run_dir),
+            "--n-samples", str(n_samples), "--job", str(job_dir)]  # fmt: skip
+
+
+def start_recompute(run: Run, n_samples: int) -> jobs.Job:
+    """Start rewriting the run's eval.json and samples.json with its saved adapter, as a job
+    in <run>/jobs/evaluate-<time>/ queued for the run's device; returns it at once."""
+    busy = jobs.active_jobs(run.dir, JOB_KIND)
+    if busy:
+        raise RuntimeError(
+            f"Run {run.id} is being evaluated already ({busy[0].dir.name}, {busy[0].state}); "
+            "wait for that evaluation or cancel it."
+        )
+    jobs.prune(run.dir, JOB_KIND, keep=jobs.KEEP_JOBS - 1)
+    job = jobs.open_job(files.new_job_dir(run.dir, JOB_KIND))
+    argv = evaluator_command(run.dir, n_samples, job.dir)
+    # The run's own log keeps its history: what was done to it, and where that job's log is.
+    with open(files.log_path(run.dir), "a", encoding="utf-8") as log:
+        log.write(f"[dragonfarm] {files.now_iso()} evaluate: {shlex.join(argv)}\n")
+    job.start(argv, device=queue.queue_key(run.config), kind=JOB_KIND)
+    return job
+
+
+@dataclass(frozen=True, eq=False)
+class EvaluationJob:
+    """An evaluation under way, as `start_evaluation` returns it (at once).
+
+        pending = dragon.start_evaluation(run, n_samples=100, metrics=["exact"])
+        pending.state               # queued (waiting for the device), running, succeeded...
+        pending.logs(20)            # the recompute's log
+        ev = pending.wait()         # the Evaluation, once the recompute is done
+        pending.cancel()
+
+    `job` is the recompute (<run>/jobs/evaluate-<time>/), or None when what training wrote
+    answers the request: the evaluation is then done from the start.
+    """
+
+    run: Run
+    n_samples: int
+    metrics: dict[str, Any] | None = None
+    job: jobs.Job | None = None
+
+    def status(self) -> dict[str, Any]:
+        """The recompute job's status (a dead evaluator is reported failed with its log tail)."""
+        return self.job.status() if self.job is not None else {"state": "succeeded"}
+
+    @property
+    def state(self) -> str | None:
+        return self.status().get("state")
+
+    @property
+    def done(self) -> bool:
+        return self.state not in files.ACTIVE_STATES
+
+    def logs(self, n: int = 20) -> list[str]:
+        return self.job.logs(n) if self.job is not None else []
+
+    def cancel(self, timeout: float = CANCEL_TIMEOUT_S) -> EvaluationJob:
+        """Stop the recompute (interrupted at once; its process group is killed after
+        `timeout` s if it does not stop). eval.json stays what it was unless it was written."""
+        if self.job is not None:
+            self.job.cancel(timeout)
+        return self
+
+    def wait(self, timeout: float | None = None, poll: float = 0.2) -> Evaluation:
+        """Block until the recompute ends, then read and score: the Evaluation. RuntimeError
+        when it failed or was cancelled, TimeoutError after `timeout` s (it keeps going)."""
+        if self.job is not None:
+            self.job.wait(None if timeout is None or math.isinf(timeout) else timeout, poll)
+        return self.result()
+
+    def result(self) -> Evaluation:
+        """The Evaluation, once done (RuntimeError while it runs, or when it did not succeed)."""
+        status = self.status()
+        state = status.get("state")
+        if state == "succeeded":
+            return _read(self.run, self.n_samples, self.metrics, recomputed=self.job is not None)
+        if state in files.ACTIVE_STATES:
+            raise RuntimeError(
+                f"Evaluating run {self.run.id} is still {state}; wait for it (.wait())."
+            )
+        tail = "\n".join(status.get("log_tail") or self.logs(30))
+        if state == "cancelled":
+            message = f"Evaluating run {self.run.id} was cancelled."
+        else:
+            reason, error = status.get("reason") or "error", status.get("error") or "see the log"
+            message = f"Evaluating run {self.run.id} failed ({reason}): {error}"
+        raise RuntimeError(f"{message}\nLast lines of the log:\n{tail}" if tail else message)
+
+
+def start_evaluation(
+    run: Run | str | os.PathLike[str],
+    n_samples: int = 10,
+    recompute: bool = False,
+    metrics: Mapping[str, Any] | Sequence[Any] | None = None,
+) -> EvaluationJob:
+    """Start the evaluation `evaluate` does, and return at once (see EvaluationJob).
+
+    Nothing runs when what training wrote answers the request; otherwise the saved adapter is
+    measured again in a background job, which waits for the run's device like a training.
+    """
+    run = open_run(run)
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 0:
+        raise ValueError(f"n_samples must be a whole number >= 0, got {n_samples!r}.")
+    chosen = named_metrics(metrics) if metrics is not None else None
+    state = run.status().get("state")
+    if state in files.ACTIVE_STATES:
+        raise RuntimeError(
+            f"Run {run.id} is still {state}; evaluate it once it has finished (run.wait())."
+        )
+    if state == "bundled":
+        raise RuntimeError(
+            f"Run {run.id} is bundled to train elsewhere; bring its results back with "
+            "dragon.import_results(run, zip_path) before evaluating it."
+        )
+    n = min(n_samples, _available_rows(run))
+    if not _needs_recompute(run, n, recompute):
+        return EvaluationJob(run, n, chosen)
+    return EvaluationJob(run, n, chosen, start_recompute(run, n))
 
 
 def evaluate(
@@ -258,25 +357,17 @@ def evaluate(
     samples and stored in the run. Without metrics, the means stored earlier are returned.
     timeout: seconds a recomputation may take before it is stopped.
     """
-    run = open_run(run)
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 0:
-        raise ValueError(f"n_samples must be a whole number >= 0, got {n_samples!r}.")
-    chosen = named_metrics(metrics) if metrics is not None else None
-    state = run.status().get("state")
-    if state in files.ACTIVE_STATES:
-        raise RuntimeError(
-            f"Run {run.id} is still {state}; evaluate it once it has finished (run.wait())."
-        )
-    if state == "bundled":
-        raise RuntimeError(
-            f"Run {run.id} is bundled to train elsewhere; bring its results back with "
-            "dragon.import_results(run, zip_path) before evaluating it."
-        )
-    n = min(n_samples, _available_rows(run))
-    fresh = _needs_recompute(run, n, recompute)
-    if fresh:
-        recompute_evaluation(run, n, timeout)
-    results = files.read_eval(run.dir) or {}
-    samples = _samples_frame((files.read_samples(run.dir) or [])[:n], run.method)
-    means = store_metrics(run, chosen, samples, fresh) if chosen else stored_metrics(run, fresh)
-    return Evaluation(run.id, run.method, results, samples, means, recomputed=fresh)
+    pending = start_evaluation(run, n_samples, recompute, metrics)
+    try:
+        return pending.wait(timeout)
+    except TimeoutError:
+        pending.cancel(timeout=0)
+        tail = "\n".join(pending.logs(20))
+        raise TimeoutError(
+            f"Evaluating run {pending.run.id} took longer than {timeout:g} s and was stopped. Ask "
+            f"for fewer samples (n_samples=) or pass a longer timeout=.\nLast lines of the log:\n"
+            f"{tail}"
+        ) from None
+    except KeyboardInterrupt:  # leave no evaluator behind
+        pending.cancel(timeout=0)
+        raise

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from dragonfarm_core.evaluation import Evaluation, evaluate, metric_name, named_metrics
-from dragonfarm_core.task_metrics import metric_regex
 from dragonfarm_core.rundir import files
+from dragonfarm_core.task_metrics import metric_regex
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
@@ -138,7 +138,9 @@ def test_refusals_name_the_run_and_what_to_do(tmp_path):
 def test_a_failed_recompute_raises_with_the_log_tail(tmp_path):
     run_dir = finished_run(tmp_path, results=SFT_RESULTS)
     files.adapter_dir(run_dir).mkdir()  # an adapter folder with nothing in it
-    with pytest.raises(RuntimeError, match=r"(?s)failed \(exit status 1\).*holds no saved adapter"):
+    with pytest.raises(
+        RuntimeError, match=r"(?s)failed \(error\): ModelLoadError: .*holds no saved adapter"
+    ):
         evaluate(run_dir, recompute=True)
     assert files.read_eval(run_dir) == SFT_RESULTS  # left as it was
 
@@ -183,3 +185,20 @@ def test_recompute_matches_training_and_generates_more_samples(tmp_path, monkeyp
     assert files.read_json(run_dir / files.METRICS)["token_f1"]["n"] == 8
     assert evaluate(run_dir, n_samples=3).recomputed is False
     assert sys.modules.get("torch") is not None  # (sft.main ran here; evaluate used a child)
+
+
+def test_an_evaluation_is_a_full_read_only_mapping(tmp_path):
+    from collections.abc import Mapping
+
+    import pandas as pd
+
+    from dragonfarm_core.evaluation import Evaluation
+
+    ev = Evaluation(
+        "r1", "dpo", {"pref_accuracy": 0.9, "eval_pairs": 4}, pd.DataFrame(), {"f1": 0.5}
+    )
+    assert isinstance(ev, Mapping)
+    assert "pref_accuracy" in ev and "perplexity" not in ev and "samples" in ev
+    assert list(ev) == ["pref_accuracy", "eval_pairs", "samples", "metrics"] and len(ev) == 4
+    assert dict(ev)["metrics"] == {"f1": 0.5} and ev.get("perplexity") is None
+    assert ev.pref_accuracy == 0.9 == ev["pref_accuracy"] and ev == ev

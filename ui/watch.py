@@ -5,7 +5,7 @@ compares it with the last one its page saw: equal means nothing was written, so 
 no file at all. The counters are bumped by filesystem events (inotify on Linux) from the
 trainer, a second app, or a Python session, so every page sees every writer.
 
-    version = run_version(run_dir)      # bumps on any write inside that run's folder
+    version = run_version(run_dir)      # bumps on any write inside that run's folder (its jobs too)
     version = runs_version(runs_dir)    # bumps when the runs table may have changed
 
 The observer starts on first use, watching each runs directory asked about, recursively. If a
@@ -82,6 +82,8 @@ def changed_keys(root: Path, path: str) -> tuple[Path | None, bool]:
         return None, True  # archived/ itself appeared or went
     if base == root and parts[0] in NOT_RUNS:
         return None, False
+    if len(parts) > 1 and parts[1] == files.JOBS_DIR:
+        return base / parts[0], False  # a job on the run (an evaluation): not its table row
     return base / parts[0], parts[-1] not in STEP_FILES
 
 

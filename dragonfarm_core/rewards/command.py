@@ -6,7 +6,7 @@ The completion is untrusted text written by a model in training, so the program 
   it goes to stdin, or into a file whose path replaces each argument that is exactly
   "{completion_file}";
 - in a fresh temporary working directory, with the allow-listed environment of every child
-  process (`launch.child_env`: no tokens, no API keys, nothing unlisted);
+  process (`childenv.child_env`: no tokens, no API keys, nothing unlisted);
 - started by a helper process that holds no secret and is not a descendant of the app or the
   trainer, so no process the program can walk up to holds a secret in its environment;
 - in its own process group, killed as a whole (grandchildren too) at the timeout and as soon as
@@ -25,9 +25,9 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dragonfarm_core.task_metrics import last_number
 from dragonfarm_core.rewards import runner
 from dragonfarm_core.rewards.errors import RewardError
+from dragonfarm_core.task_metrics import last_number
 
 COMPLETION_FILE_TOKEN = runner.COMPLETION_FILE_TOKEN
 COMPLETION_FILE_NAME = runner.COMPLETION_FILE_NAME

@@ -5,13 +5,13 @@ A command reward's program, and the model-written code it may run, can read
 not started by the app or the trainer (which may hold HF_TOKEN, a server's API key...) but by a
 helper process (`serve`):
 
-- Its environment is `launch.child_env()`, the allow-list, and it is detached: the process the
+- Its environment is `childenv.child_env()`, the allow-list, and it is detached: the process the
   caller spawns forks the helper and exits at once, so the helper is reparented to init (or the
   nearest child subreaper) and the caller is not among the ancestors a command can read. Forking
   from the caller instead would not do: /proc/<pid>/environ shows the environment a process was
   exec'd with, and a forked child keeps its parent's.
 - Before it starts one, the caller blanks what child_env would not pass from its own
-  /proc/<pid>/environ (`launch.hide_environ`): when the caller is itself the reaper the helper
+  /proc/<pid>/environ (`childenv.hide_environ`): when the caller is itself the reaper the helper
   lands on (the app as PID 1 in a container), that is the copy a command would read.
 - The helper is a child subreaper (prctl(PR_SET_CHILD_SUBREAPER), Linux): what a command leaves
   behind, double-forked or in a session of its own, is reparented to the helper, which kills
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dragonfarm_core.rewards.errors import RewardError
-from dragonfarm_core.rundir import launch
+from dragonfarm_core.rundir import childenv, jobs
 
 COMPLETION_FILE_TOKEN = "{completion_file}"
 # Inside the command's working directory. A test-file name, so that `pytest` run there collects
@@ -120,7 +120,8 @@ def execute(
             out, err = _Tail(OUTPUT_CAP), _Tail(OUTPUT_CAP)
             timed_out = _pump(proc, data, out, err, time.monotonic() + timeout)
         finally:
-            _kill_group(proc)
+            # SIGKILL at once; only its group: the zombie (see _exited) still holds its pid.
+            jobs.kill_group(proc.pid, grace=0, group_only=True)
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 if pipe is not None:
                     pipe.close()
@@ -136,7 +137,7 @@ def execute(
 
 def _exited(proc: subprocess.Popen[bytes]) -> bool:
     # WNOWAIT leaves the zombie in place, so its pid (= our process group id) cannot be reused
-    # by an unrelated process before _kill_group runs.
+    # by an unrelated process before kill_group runs.
     try:
         return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): it has exited
@@ -199,11 +200,6 @@ def _drain(sel: selectors.BaseSelector, pipe: Any, tail: _Tail) -> None:
         tail.add(chunk)
     else:
         sel.unregister(pipe)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is already gone
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def become_subreaper() -> bool:
@@ -310,7 +306,7 @@ class _Helper:
             argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=launch.child_env(),
+            env=childenv.child_env(),
             cwd=tempfile.gettempdir(),
             close_fds=True,
             start_new_session=True,
@@ -388,7 +384,7 @@ def _take() -> _Helper:
             if time.monotonic() - helper.idle_since < IDLE_S:
                 return helper
             helper.close()  # it may be leaving by itself soon: let it go now
-    launch.hide_environ()
+    childenv.hide_environ()
     return _Helper()
 
 
@@ -408,7 +404,7 @@ def run(argv: list[str], completion: str, input: str, timeout: float) -> dict[st
         "completion": completion,
         "input": input,
         "timeout": float(timeout),
-        "env": launch.child_env(),
+        "env": childenv.child_env(),
     }
     helper = _take()
     try:

@@ -1,20 +1,21 @@
-"""The run-directory contract: every file name of a run, and every read and write of them.
+"""The run-directory contract: every file name of a run and of a job, and every read and write.
 
 A run is a directory, and its files are the protocol between the app, the trainer subprocess,
-the inference worker, a second browser and a later Python session. This is the only module that
-names those files. JSON files are written atomically (temp file in the same folder, fsync,
-replace), so a reader never sees half a file; `progress.jsonl` is append-only and its reader
-skips a torn or garbled line (a writer killed mid-line). Non-finite numbers are written as null.
-A temp file that a killed writer left behind (`.<name>.<random>.tmp`) is removed once it is
-TEMP_STALE_S old, by the next write in its folder or the next status read of its run.
+the inference worker, a second browser and a later Python session. Background work on a run
+other than its training (an evaluation recompute, and next a merge, an export...) is a job with
+a folder of its own under the run's `jobs/` (JOBS_DIR, see `new_job_dir`); a job's status.json
+has the run's format and its output goes to `job.log`. This is the only module that names
+those files. JSON files are written atomically and `progress.jsonl` is append-only (`atomic`);
+non-finite numbers are written as null.
 
-status.json is read through `read_status`, which checks it: an unreadable file (truncated,
-not UTF-8, not JSON, not an object) or one whose fields have the wrong type (a state that is
-not one of STATES, a step that is not a whole number) is read again a few times, since the
-atomic writer makes a torn file at most a momentary oddity (a copy in flight, a network file
-system), and then reported as state DAMAGED with an `error` that says what is wrong and what
-to do. DAMAGED is never written to disk; it is neither active nor terminal, so nothing waits
-on such a run and nothing resumes it on its own; a writer replaces the damaged file whole.
+status.json is read through `read_status`, which checks it (`status_schema`): an unreadable
+file (truncated, not UTF-8, not JSON, not an object) or one whose fields have the wrong type
+(a state that is not one of STATES, a step that is not a whole number) is read again a few
+times, since the atomic writer makes a torn file at most a momentary oddity (a copy in flight,
+a network file system), and then reported as state DAMAGED with an `error` that says what is
+wrong and what to do. DAMAGED is never written to disk; it is neither active nor terminal, so
+nothing waits on such a run and nothing resumes it on its own; a writer replaces the damaged
+file whole. Each status read also removes the temp files killed writers left in the folder.
 
 A checkpoint counts only once its COMPLETE marker is in it: the marker is written last, after
 every other file is on disk, and removed first when the checkpoint is pruned, so a save or a
@@ -24,15 +25,27 @@ Pure standard library: the trainer and the app both import it.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import shutil
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+# Re-exported: the rest of the code reads and writes run files through this module only.
+from dragonfarm_core.rundir.atomic import TEMP_STALE_S as TEMP_STALE_S
+from dragonfarm_core.rundir.atomic import append_jsonl as append_jsonl
+from dragonfarm_core.rundir.atomic import dumps as dumps
+from dragonfarm_core.rundir.atomic import read_json as read_json
+from dragonfarm_core.rundir.atomic import read_jsonl as read_jsonl
+from dragonfarm_core.rundir.atomic import remove_stale_temps as remove_stale_temps
+from dragonfarm_core.rundir.atomic import write_json as write_json
+from dragonfarm_core.rundir.atomic import write_jsonl as write_jsonl
+from dragonfarm_core.rundir.status_schema import ACTIVE_STATES as ACTIVE_STATES
+from dragonfarm_core.rundir.status_schema import DAMAGED as DAMAGED
+from dragonfarm_core.rundir.status_schema import STATES as STATES
+from dragonfarm_core.rundir.status_schema import TERMINAL_STATES as TERMINAL_STATES
+from dragonfarm_core.rundir.status_schema import parse_status
 
 CONFIG = "config.json"
 STATUS = "status.json"
@@ -48,6 +61,8 @@ SOURCE_DATA = "data/source.jsonl"
 ADAPTER_DIR = "adapter"
 CHECKPOINTS_DIR = "checkpoints"
 CHECKPOINT_PREFIX = "checkpoint-"
+# A checkpoint is written under this prefix, then renamed: a half-written one is never seen.
+CHECKPOINT_TEMP_PREFIX = ".tmp-"
 # Written last into a checkpoint folder; only a folder that has it is a checkpoint.
 CHECKPOINT_COMPLETE = "COMPLETE"
 EVAL = "eval.json"
@@ -57,37 +72,24 @@ JUDGE = "judge.json"
 METRICS = "metrics.json"
 # Custom reward files are copied here, so a GRPO run stays self-contained.
 REWARDS_DIR = "rewards"
+# Jobs on a run (<run>/jobs/<kind>-<time>/): each holds a STATUS, a JOB_LOG and, when asked,
+# a CANCEL_REQUEST. Never a run file: nothing reads a job's files as the run's.
+JOBS_DIR = "jobs"
+JOB_LOG = "job.log"
 
 ARCHIVED_DIR = "archived"
 FEEDBACK_DIR = "feedback"
 PIPELINES_DIR = "pipelines"
 # Files uploaded through the app are copied here, so the code it shows keeps working.
 UPLOADS_DIR = "uploads"
+# A folder the old per-runs-dir queue kept its lock in; still never a run.
+LOCKS_DIR = ".locks"
 # Names in runs_dir that are never runs.
-RESERVED = frozenset({ARCHIVED_DIR, FEEDBACK_DIR, PIPELINES_DIR, UPLOADS_DIR, ".locks"})
+RESERVED = frozenset({ARCHIVED_DIR, FEEDBACK_DIR, PIPELINES_DIR, UPLOADS_DIR, JOBS_DIR, LOCKS_DIR})
 
-STATES = ("queued", "running", "succeeded", "failed", "cancelled", "bundled")
-TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
-ACTIVE_STATES = frozenset({"queued", "running"})
-# Reported by read_status for a status.json that cannot be read as a status; never written.
-DAMAGED = "damaged"
-# The type each known status field must have when present (None is always allowed).
-_WHOLE = ("pid", "step", "total_steps", "params_trainable", "params_total", "truncated_rows")
-_TEXT = ("queued_at", "started_at", "finished_at", "heartbeat", "reason", "error", "device",
-         "dtype", "queue", "resumed_from")  # fmt: skip
-STATUS_FIELDS: dict[str, tuple[type, ...]] = {
-    **dict.fromkeys(_WHOLE, (int,)),
-    **dict.fromkeys(("pid_create_time", "queued_ts", "epoch"), (int, float)),
-    **dict.fromkeys(_TEXT, (str,)),
-    "metrics": (dict,),
-    "log_tail": (list,),
-}
 # How often, and how far apart, read_status reads a status.json that does not parse.
 STATUS_READ_TRIES = 3
 STATUS_RETRY_S = 0.05
-# A writer's temp file older than this is a leftover of a killed writer, not one in progress
-# (a writer holds its temp file for the time of one write and one fsync).
-TEMP_STALE_S = 120.0
 
 
 def now_iso() -> str:
@@ -107,127 +109,7 @@ def parse_iso(value: str | None) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-def _finite(value: Any) -> Any:
-    """Replace NaN and infinities by None, recursively, so the JSON stays standard."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
-def dumps(value: Any, indent: int | None = None) -> str:
-    return json.dumps(_finite(value), indent=indent, ensure_ascii=False, allow_nan=False)
-
-
-def _is_temp_name(name: str) -> bool:
-    """`.<name>.<random>.tmp`, the name write_json and write_jsonl give their temp file (a
-    dot-folder such as .locks, or .tmp-adapter, is not one)."""
-    return name.startswith(".") and name.endswith(".tmp") and name.count(".") >= 3
-
-
-def remove_stale_temps(folder: str | os.PathLike[str], older_than: float = TEMP_STALE_S) -> None:
-    """Remove the temp files killed writers left in `folder` (files only, `older_than` s old).
-
-    A temp file is only ever written by the process that created it, within one write call,
-    so one this old belongs to nobody; a younger one may be a write in progress and stays.
-    """
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:  # no folder, or not ours to list
-        return
-    cutoff = time.time() - older_than
-    for entry in entries:
-        if not _is_temp_name(entry.name):
-            continue
-        try:
-            if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < cutoff:
-                os.unlink(entry.path)
-        except OSError:  # gone already, or a read-only copy of a run: leave it
-            continue
-
-
-def write_json(path: str | os.PathLike[str], value: Any) -> None:
-    """Write JSON atomically: a reader sees the old file or the new one, never a mix."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(dumps(value, indent=2))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    remove_stale_temps(path.parent)
-
-
-def read_json(path: str | os.PathLike[str], default: Any = None) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return default
-
-
-def append_jsonl(path: str | os.PathLike[str], row: dict[str, Any]) -> None:
-    """Append one row; one write call per line keeps concurrent readers safe."""
-    line = dumps(row) + "\n"
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line)
-        f.flush()
-
-
-def read_jsonl(path: str | os.PathLike[str], tolerant: bool = False) -> list[dict[str, Any]]:
-    """Every complete row; a torn or garbled last line (writer killed mid-write) is skipped.
-
-    tolerant: skip any line that is not a JSON object (and read bytes that are not UTF-8 as
-    U+FFFD), for files that are only shown, such as progress.jsonl; otherwise a garbled line
-    before the last raises.
-    """
-    try:
-        with open(path, encoding="utf-8", errors="replace" if tolerant else "strict") as f:
-            lines = f.read().split("\n")
-    except FileNotFoundError:
-        return []
-    rows = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if tolerant or i >= len(lines) - 2:  # the last line, maybe followed by ""
-                continue
-            raise
-        if isinstance(row, dict) or not tolerant:
-            rows.append(row)
-    return rows
-
-
-def write_jsonl(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
-    """Write a whole JSONL file atomically (data files)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(dumps(row) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    remove_stale_temps(path.parent)
-
-
-# --- Per-file accessors: the rest of the code calls these, never the names above directly. ---
+# --- config.json -----------------------------------------------------------------------------
 
 
 def read_config(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -241,27 +123,19 @@ def write_config(run_dir: str | os.PathLike[str], config: dict[str, Any]) -> Non
     write_json(Path(run_dir) / CONFIG, config)
 
 
-_KIND_NAMES = {int: "a whole number", float: "a number", str: "a string", dict: "an object",
-              list: "a list"}  # fmt: skip
+def is_run_dir(path: str | os.PathLike[str]) -> bool:
+    """A folder whose config.json is a run's (a model folder has a config.json too)."""
+    path = Path(path) / CONFIG
+    if not path.is_file():
+        return False
+    try:
+        config = read_json(path)
+    except (OSError, ValueError):  # unreadable: not listed as a run, left as it is
+        return False
+    return isinstance(config, dict) and "method" in config and "schema" in config
 
 
-def status_problem(status: Any) -> str | None:
-    """What makes `status` not a status (wrong shape, unknown state, a field of the wrong
-    type), as the end of a sentence; None when it is fine."""
-    if not isinstance(status, dict):
-        return f"it holds a JSON {type(status).__name__}, not an object"
-    state = status.get("state")
-    if state not in STATES:
-        got = "no state" if state is None else f"the state {state!r:.40}"
-        return f"it names {got}, not one of {', '.join(STATES)}"
-    for key, kinds in STATUS_FIELDS.items():
-        value = status.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, kinds):
-            wanted = " or ".join(_KIND_NAMES[k] for k in kinds)
-            return f"its {key} is {value!r:.40}, not {wanted}"
-    return None
+# --- status.json, of a run or of a job ---------------------------------------------------------
 
 
 def _load_status(path: Path) -> tuple[dict[str, Any], str | None]:
@@ -272,16 +146,7 @@ def _load_status(path: Path) -> tuple[dict[str, Any], str | None]:
         return {}, None
     except OSError as e:
         return {}, f"it cannot be read ({e.strerror or e})"
-    if not data.strip():
-        return {}, "it is empty"
-    try:
-        value = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        return {}, f"byte {e.start} is not UTF-8 text"
-    except json.JSONDecodeError as e:
-        return {}, f"it is not valid JSON ({e.msg}: line {e.lineno}, column {e.colno})"
-    problem = status_problem(value)
-    return (value, None) if problem is None else ({}, problem)
+    return parse_status(data)
 
 
 def damaged_status(run_dir: str | os.PathLike[str], problem: str) -> dict[str, Any]:
@@ -305,10 +170,12 @@ def read_status(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """
     remove_stale_temps(run_dir)
     path = Path(run_dir) / STATUS
+    problem = "it cannot be read"
     for attempt in range(STATUS_READ_TRIES):
-        status, problem = _load_status(path)
-        if problem is None:
+        status, found = _load_status(path)
+        if found is None:
             return status
+        problem = found
         if attempt + 1 < STATUS_READ_TRIES:
             time.sleep(STATUS_RETRY_S)
     return damaged_status(run_dir, problem)
@@ -333,6 +200,21 @@ def update_status(run_dir: str | os.PathLike[str], **changes: Any) -> dict[str, 
     return status
 
 
+def request_cancel(run_dir: str | os.PathLike[str]) -> None:
+    (Path(run_dir) / CANCEL_REQUEST).write_text(now_iso(), encoding="utf-8")
+
+
+def cancel_requested(run_dir: str | os.PathLike[str]) -> bool:
+    return (Path(run_dir) / CANCEL_REQUEST).exists()
+
+
+def clear_cancel(run_dir: str | os.PathLike[str]) -> None:
+    (Path(run_dir) / CANCEL_REQUEST).unlink(missing_ok=True)
+
+
+# --- progress.jsonl and the log ------------------------------------------------------------------
+
+
 def append_progress(run_dir: str | os.PathLike[str], row: dict[str, Any]) -> None:
     append_jsonl(Path(run_dir) / PROGRESS, row)
 
@@ -342,9 +224,23 @@ def read_progress(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return read_jsonl(Path(run_dir) / PROGRESS, tolerant=True)
 
 
+def write_progress(run_dir: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
+    """Replace progress.jsonl as a whole; only for resume, while no trainer is running."""
+    write_jsonl(Path(run_dir) / PROGRESS, rows)
+
+
+def log_path(run_dir: str | os.PathLike[str]) -> Path:
+    """The trainer's log, train.log."""
+    return Path(run_dir) / LOG
+
+
 def read_log_tail(run_dir: str | os.PathLike[str], n: int = 50) -> list[str]:
     """The last n lines of the trainer log (reads only the end of a large file)."""
-    path = Path(run_dir) / LOG
+    return read_tail(log_path(run_dir), n)
+
+
+def read_tail(path: str | os.PathLike[str], n: int = 50) -> list[str]:
+    """The last n lines of a log file (a run's or a job's); [] when there is none."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -357,16 +253,54 @@ def read_log_tail(run_dir: str | os.PathLike[str], n: int = 50) -> list[str]:
     return lines[-n:] if n > 0 else []
 
 
-def request_cancel(run_dir: str | os.PathLike[str]) -> None:
-    (Path(run_dir) / CANCEL_REQUEST).write_text(now_iso(), encoding="utf-8")
+# --- data, adapter, evaluation -------------------------------------------------------------------
 
 
-def cancel_requested(run_dir: str | os.PathLike[str]) -> bool:
-    return (Path(run_dir) / CANCEL_REQUEST).exists()
+def data_path(run_dir: str | os.PathLike[str], split: str) -> Path:
+    """data/train.jsonl or data/eval.jsonl."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}.")
+    return Path(run_dir) / (TRAIN_DATA if split == "train" else EVAL_DATA)
 
 
-def clear_cancel(run_dir: str | os.PathLike[str]) -> None:
-    (Path(run_dir) / CANCEL_REQUEST).unlink(missing_ok=True)
+def adapter_dir(run_dir: str | os.PathLike[str]) -> Path:
+    return Path(run_dir) / ADAPTER_DIR
+
+
+def write_eval(run_dir: str | os.PathLike[str], value: dict[str, Any]) -> None:
+    write_json(Path(run_dir) / EVAL, value)
+
+
+def read_eval(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    return read_json(Path(run_dir) / EVAL)
+
+
+def write_samples(run_dir: str | os.PathLike[str], samples: list[dict[str, Any]]) -> None:
+    write_json(Path(run_dir) / SAMPLES, samples)
+
+
+def read_samples(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
+    return read_json(Path(run_dir) / SAMPLES)
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+
+
+def checkpoint_dir(run_dir: str | os.PathLike[str], step: int) -> Path:
+    return Path(run_dir) / CHECKPOINTS_DIR / f"{CHECKPOINT_PREFIX}{step}"
+
+
+def checkpoint_temp_dir(run_dir: str | os.PathLike[str], step: int) -> Path:
+    """Where a checkpoint is written before its rename to checkpoint-<step> makes it visible."""
+    return Path(run_dir) / CHECKPOINTS_DIR / f"{CHECKPOINT_TEMP_PREFIX}{CHECKPOINT_PREFIX}{step}"
+
+
+def checkpoint_temp_dirs(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """Half-written checkpoints left by a killed trainer."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return []
+    return [p for p in root.iterdir() if p.name.startswith(CHECKPOINT_TEMP_PREFIX)]
 
 
 def _checkpoint_dirs(run_dir: str | os.PathLike[str]) -> list[Path]:
@@ -431,82 +365,46 @@ def remove_checkpoint(path: str | os.PathLike[str]) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def checkpoint_dir(run_dir: str | os.PathLike[str], step: int) -> Path:
-    return Path(run_dir) / CHECKPOINTS_DIR / f"{CHECKPOINT_PREFIX}{step}"
+# --- jobs: <run>/jobs/<kind>-<time>/ (status.json, job.log, cancel.request) ------------------
 
 
-def is_run_dir(path: str | os.PathLike[str]) -> bool:
-    """A folder whose config.json is a run's (a model folder has a config.json too)."""
-    path = Path(path) / CONFIG
-    if not path.is_file():
-        return False
-    try:
-        config = read_json(path)
-    except (OSError, ValueError):  # unreadable: not listed as a run, left as it is
-        return False
-    return isinstance(config, dict) and "method" in config and "schema" in config
+def job_log_path(job_dir: str | os.PathLike[str]) -> Path:
+    """A job's stdout and stderr, job.log."""
+    return Path(job_dir) / JOB_LOG
 
 
-# --- Added for the launcher and resume. ---
-
-LOCKS_DIR = ".locks"
-QUEUE_LOCK = "queue.lock"
-
-
-def queue_lock_path(runs_dir: str | os.PathLike[str]) -> Path:
-    """The lock file that makes a queued -> running transition atomic within a runs dir."""
-    return Path(runs_dir) / LOCKS_DIR / QUEUE_LOCK
+def _job_order(path: Path) -> tuple[str, int, str]:
+    """jobs/<kind>-<YYYYMMDD>-<HHMMSS>[-<n>] sorts by its time, then n (oldest first)."""
+    parts = path.name.split("-")
+    n = parts[3] if len(parts) > 3 else "1"
+    return "-".join(parts[1:3]), int(n) if n.isdigit() else 0, path.name
 
 
-def write_progress(run_dir: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
-    """Replace progress.jsonl as a whole; only for resume, while no trainer is running."""
-    write_jsonl(Path(run_dir) / PROGRESS, rows)
-
-
-def log_path(run_dir: str | os.PathLike[str]) -> Path:
-    return Path(run_dir) / LOG
-
-
-def adapter_dir(run_dir: str | os.PathLike[str]) -> Path:
-    return Path(run_dir) / ADAPTER_DIR
-
-
-# --- Added for the trainers. ---
-
-CHECKPOINT_TEMP_PREFIX = ".tmp-"
-
-
-def data_path(run_dir: str | os.PathLike[str], split: str) -> Path:
-    """data/train.jsonl or data/eval.jsonl."""
-    if split not in ("train", "eval"):
-        raise ValueError(f"split must be 'train' or 'eval', got {split!r}.")
-    return Path(run_dir) / (TRAIN_DATA if split == "train" else EVAL_DATA)
-
-
-def checkpoint_temp_dir(run_dir: str | os.PathLike[str], step: int) -> Path:
-    """Where a checkpoint is written before its rename to checkpoint-<step> makes it visible."""
-    return Path(run_dir) / CHECKPOINTS_DIR / f"{CHECKPOINT_TEMP_PREFIX}{CHECKPOINT_PREFIX}{step}"
-
-
-def checkpoint_temp_dirs(run_dir: str | os.PathLike[str]) -> list[Path]:
-    """Half-written checkpoints left by a killed trainer."""
-    root = Path(run_dir) / CHECKPOINTS_DIR
+def job_dirs(run_dir: str | os.PathLike[str], kind: str | None = None) -> list[Path]:
+    """The run's job folders (of `kind` when given), oldest first."""
+    root = Path(run_dir) / JOBS_DIR
     if not root.is_dir():
         return []
-    return [p for p in root.iterdir() if p.name.startswith(CHECKPOINT_TEMP_PREFIX)]
+    found = [
+        p
+        for p in root.iterdir()
+        if p.is_dir() and not p.is_symlink() and (kind is None or p.name.startswith(f"{kind}-"))
+    ]
+    return sorted(found, key=_job_order)
 
 
-def write_eval(run_dir: str | os.PathLike[str], value: dict[str, Any]) -> None:
-    write_json(Path(run_dir) / EVAL, value)
-
-
-def read_eval(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    return read_json(Path(run_dir) / EVAL)
-
-
-def write_samples(run_dir: str | os.PathLike[str], samples: list[dict[str, Any]]) -> None:
-    write_json(Path(run_dir) / SAMPLES, samples)
-
-
-def read_samples(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
-    return read_json(Path(run_dir) / SAMPLES)
+def new_job_dir(run_dir: str | os.PathLike[str], kind: str) -> Path:
+    """Create a fresh folder for a job of `kind` on the run: jobs/<kind>-<UTC time>[-<n>]."""
+    if not kind.isidentifier():
+        raise ValueError(f"A job kind is a plain word (letters, digits, _), got {kind!r}.")
+    root = Path(run_dir) / JOBS_DIR
+    root.mkdir(exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        path = root / (f"{kind}-{stamp}" if n == 1 else f"{kind}-{stamp}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"{root} has no free name for a {kind} job at {stamp}.")

@@ -1,20 +1,23 @@
-"""The trainer's wait for its turn, so two trainings never share one device of this machine.
+"""The device queue: a job that needs a device waits for its turn, so two trainings (or a
+training and an evaluation) never share one device of this machine.
 
-A run's queue key is the device it will train on, resolved as the trainer resolves it but
-without importing torch: "cpu", "mps", or "cuda:<gpu>", where <gpu> is the GPU as the machine
-numbers it (the entry of CUDA_VISIBLE_DEVICES when that is set). So device="auto" on a CPU-only
-machine queues with device="cpu", and runs pinned to different GPUs do not wait for each other.
+A job's queue key is the device it will use, resolved as the trainer resolves it but without
+importing torch: "cpu", "mps", or "cuda:<gpu>", where <gpu> is the GPU as the machine numbers it
+(the entry of CUDA_VISIBLE_DEVICES when that is set). So device="auto" on a CPU-only machine
+queues with device="cpu", and runs pinned to different GPUs do not wait for each other. Only
+jobs started with a device (`jobs.start(..., device=key)`) queue: a training run, an
+evaluation recompute; a job that needs no device starts at once.
 
-The queue is one per user and machine, whatever runs dir or Python session a run comes from:
-`queue_dir()` holds a ticket per live trainer process, {host, pid, create_time, run_dir, key,
-queued_ts, state}. `start_run` writes it as it spawns the trainer, so the order is the order of
-submission even before the trainer's interpreter is up. The trainer (pure Python, nothing heavy
-imported yet) starts when fewer than `max_concurrent()` live tickets of its key are running and
-no live queued ticket of its key was submitted before its own (first in, first out). Tickets are
-read and written under an exclusive `flock` on `<queue_dir>/queue.lock`, so two waiters never
-both take the last slot; a ticket whose process is gone (killed, crashed, a reboot) is removed
-by the next reader. Because the waiting happens in the run's own process, the queue survives an
-app restart. POSIX only (fcntl).
+The queue is one per user and machine, whatever runs dir or Python session a job comes from:
+`queue_dir()` holds a ticket per live job process, {host, pid, create_time, run_dir (the job's
+folder), key, queued_ts, state}. `jobs.start` writes it as it spawns the process, so the order
+is the order of submission even before the job's interpreter is up. The job (pure Python,
+nothing heavy imported yet) starts when fewer than `max_concurrent()` live tickets of its key
+are running and no live queued ticket of its key was submitted before its own (first in, first
+out). Tickets are read and written under an exclusive `flock` on `<queue_dir>/queue.lock`, so
+two waiters never both take the last slot; a ticket whose process is gone (killed, crashed, a
+reboot) is removed by the next reader. Because the waiting happens in the job's own process,
+the queue survives an app restart. POSIX only (fcntl).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import psutil
 from dragonfarm_core.rundir import files
 
 POLL_S = 0.5
-# How long the trainer waits for its launcher to record the pid (normally milliseconds).
+# How long a job waits for its launcher to record the pid (normally milliseconds).
 HANDSHAKE_S = 30.0
 MAX_CONCURRENT_ENV = "DRAGONFARM_MAX_CONCURRENT"
 QUEUE_DIR_ENV = "DRAGONFARM_QUEUE_DIR"
@@ -215,16 +218,16 @@ def _live_tickets(tickets: Path) -> list[dict[str, Any]]:
 
 
 def register(
-    run_dir: str | os.PathLike[str], pid: int, create_time: float, queued_ts: float
+    job_dir: str | os.PathLike[str], pid: int, create_time: float, queued_ts: float, key: str
 ) -> None:
-    """Put a just-spawned trainer in the machine's queue, in submission order (start_run)."""
-    run_dir = Path(run_dir).resolve()
+    """Put a just-spawned job (a trainer, an evaluator) in the machine's queue for device `key`,
+    in submission order (`jobs.start`)."""
     ticket = {
         "host": socket.gethostname(),
         "pid": pid,
         "create_time": create_time,
-        "run_dir": str(run_dir),
-        "key": queue_key(files.read_config(run_dir)),
+        "run_dir": str(Path(job_dir).resolve()),
+        "key": key,
         "queued_ts": queued_ts,
         "state": "queued",
     }
@@ -242,10 +245,11 @@ def leave() -> None:
                 path.unlink()
 
 
-def _await_launcher(run_dir: Path, pid: int) -> None:
-    """Wait until start_run has written our pid, so our status writes never race with it."""
+def await_launcher(job_dir: str | os.PathLike[str], pid: int) -> None:
+    """Wait until the launcher (`jobs.start`) has written our pid into the job's status, so
+    our status writes never race with its own (normally milliseconds, HANDSHAKE_S at most)."""
     deadline = time.monotonic() + HANDSHAKE_S
-    while files.read_status(run_dir).get("pid") != pid and time.monotonic() < deadline:
+    while files.read_status(job_dir).get("pid") != pid and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
@@ -266,39 +270,41 @@ def _competition(tickets: Path, mine: dict[str, Any]) -> tuple[list[str], list[s
     return ahead, running
 
 
-def wait_turn(run_dir: str | os.PathLike[str]) -> bool:
-    """Block until this run may train, then mark it running. False: cancelled while queued."""
-    run_dir = Path(run_dir).resolve()
+def wait_turn(job_dir: str | os.PathLike[str], key: str | None = None) -> bool:
+    """Block until this job may use its device, then mark it running. False: cancelled while
+    queued. The device is `key`, else the one its launcher wrote (status `queue`), else the
+    one the run's config resolves to (a trainer started by hand)."""
+    job_dir = Path(job_dir).resolve()
     me = psutil.Process()
-    _await_launcher(run_dir, me.pid)
-    key = queue_key(files.read_config(run_dir))
+    await_launcher(job_dir, me.pid)
+    key = key or files.read_status(job_dir).get("queue") or queue_key(files.read_config(job_dir))
     limit = max_concurrent()
     mine = {
         "host": socket.gethostname(),
         "pid": me.pid,
         "create_time": me.create_time(),
-        "run_dir": str(run_dir),
+        "run_dir": str(job_dir),
         "key": key,
-        "queued_ts": files.read_status(run_dir).get("queued_ts") or time.time(),
+        "queued_ts": files.read_status(job_dir).get("queued_ts") or time.time(),
         "state": "queued",
     }
     with _locked() as tickets:
-        # start_run registered us already; a trainer started some other way registers now.
+        # jobs.start registered us already; a trainer started some other way registers now.
         files.write_json(_ticket_path(tickets, me.pid), mine)
-        files.update_status(run_dir, queue=key, pid=me.pid, pid_create_time=mine["create_time"])
+        files.update_status(job_dir, queue=key, pid=me.pid, pid_create_time=mine["create_time"])
     said = None
     while True:
         with _locked() as tickets:
-            if files.cancel_requested(run_dir):
+            if files.cancel_requested(job_dir):
                 _ticket_path(tickets, me.pid).unlink(missing_ok=True)
-                files.update_status(run_dir, state="cancelled", finished_at=files.now_iso())
+                files.update_status(job_dir, state="cancelled", finished_at=files.now_iso())
                 print(f"[dragonfarm] {files.now_iso()} cancelled while queued.", flush=True)
                 return False
             ahead, running = _competition(tickets, mine)
             if len(running) < limit and not ahead:
                 files.write_json(_ticket_path(tickets, me.pid), {**mine, "state": "running"})
                 now = files.now_iso()
-                files.update_status(run_dir, state="running", started_at=now, heartbeat=now)
+                files.update_status(job_dir, state="running", started_at=now, heartbeat=now)
                 print(f"[dragonfarm] {now} running (queue {key}).", flush=True)
                 return True
         if (len(ahead), len(running)) != said:

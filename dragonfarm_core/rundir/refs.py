@@ -16,6 +16,7 @@ it further along (a proxy, a later route) cannot turn it into a way out either.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -105,7 +106,7 @@ def resolve_run(
     given = Path(text).expanduser()
     # Looked at in turn, each only when the one before found nothing: a run found in the runs
     # dir is never refused because another reading of the same text would lead elsewhere.
-    readings = [lambda: resolve_inside(text, root, what)]
+    readings: list[Callable[[], Path | None]] = [lambda: resolve_inside(text, root, what)]
     if archived and len(given.parts) == 1:
         readings.append(lambda: resolve_inside(Path(files.ARCHIVED_DIR) / given, root, what))
     if not given.is_absolute():

@@ -2,8 +2,9 @@
 
 Archiving moves a run's folder under `archived/` in its runs directory, with every file kept;
 unarchiving moves it back exactly as it was. Deleting removes it for good. Archive and delete
-refuse a run that is queued or running, and a run that another run continues from (that run
-loads its adapter), unless `force=True`, which first cancels an active run.
+refuse a run that is queued or running or has a job in progress (an evaluation), and a run
+that another run continues from (that run loads its adapter), unless `force=True`, which first
+cancels what is active.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from dragonfarm_core.rundir import files, launch, location, refs
+from dragonfarm_core.rundir import files, jobs, launch, location, refs
 from dragonfarm_core.rundir.run import Run
 
 COLUMNS = [
@@ -164,6 +165,14 @@ def _check_removable(run_dir: Path, force: bool, verb: str) -> None:
                 f"(dragon.cancel(run)), or pass force=True to cancel and {verb} it."
             )
         launch.cancel_run(run_dir, timeout=FORCE_CANCEL_TIMEOUT_S)
+    busy = jobs.active_jobs(run_dir)  # an evaluation reads the adapter: it would lose it
+    if busy and not force:
+        raise RuntimeError(
+            f"Run {run_dir.name} has a job in progress ({busy[0].dir.name}, {busy[0].state}); "
+            f"wait for it, or pass force=True to cancel it and {verb} the run."
+        )
+    for job in busy:
+        job.cancel(timeout=FORCE_CANCEL_TIMEOUT_S)
     users = dependents(run_dir)
     if users and not force:
         raise RuntimeError(

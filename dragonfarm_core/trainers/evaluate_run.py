@@ -1,14 +1,17 @@
 """Recompute a finished run's evaluation with its saved adapter: eval.json and samples.json.
 
-    python -m dragonfarm_core.trainers.evaluate_run RUN_DIR --n-samples 10
+    python -m dragonfarm_core.trainers.evaluate_run RUN_DIR --n-samples 10 [--job JOB_DIR]
 
-`dragon.evaluate(run, recompute=True)` runs this as a subprocess (the app process never imports
-torch), and so does an evaluation that asks for more samples than training wrote. It measures
+`dragon.evaluate(run, recompute=True)` runs this as a background job (`--job`: the job's folder,
+<run>/jobs/evaluate-<time>/, where `rundir.jobs.run_job` keeps its status; the app process never
+imports torch), and so does an evaluation that asks for more samples than training wrote. It
+measures
 what the trainer measures at the end of a run, on the same held-out rows: loss, perplexity and
 token count for SFT runs; preference accuracy, reward margin, loss and pair count for DPO and
 ORPO runs (the DPO reference is the model with the adapter switched off, as in training). The
 first `--n-samples` held-out prompts (training prompts when none were held out) get greedy
-replies. Exit status 0 on success; on failure the traceback is in the output (the caller's log).
+replies. The run's metrics.json is emptied: its scores were of the samples just replaced. Exit
+status 0 on success; on failure the traceback is in the output (the job's log).
 """
 
 from __future__ import annotations
@@ -20,18 +23,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.rundir import files
-from dragonfarm_core.trainers import evaluation, modeling, pref_data, sft_data
-from dragonfarm_core.trainers.common import ModelLoadError, resolve_placement
+from dragonfarm_core.methods import METHODS
+from dragonfarm_core.rundir import files, jobs
 from dragonfarm_core.trainers.config import TrainConfig, load_config
 
-MESSAGE_METHODS = ("sft",)
-PAIR_METHODS = ("dpo", "orpo")
+# The modules that import torch are imported inside the functions below: as a queued trainer
+# does, a queued evaluator waits for its device turn (jobs.run_job) with nothing heavy loaded.
 
 
 def load_trained(run_dir: Path, config: TrainConfig) -> tuple[Any, Any]:
     """(model with the run's adapter, tokenizer): the base, earlier adapters folded, then ours."""
     from peft import PeftModel
+
+    from dragonfarm_core.trainers import modeling
+    from dragonfarm_core.trainers.common import resolve_placement
 
     adapter = files.adapter_dir(run_dir)
     placement = resolve_placement(config.hardware)
@@ -46,6 +51,8 @@ def evaluate_messages(
     run_dir: Path, config: TrainConfig, model: Any, tokenizer: Any, n_samples: int, step: Any
 ) -> dict[str, Any]:
     """An SFT run: held-out loss and perplexity, and sample replies, as its trainer ends."""
+    from dragonfarm_core.trainers import evaluation, sft_data
+
     data = sft_data.load(run_dir, tokenizer, config.args.max_seq_len)
     return evaluation.write_eval_and_samples(
         run_dir, model, data, config.args.batch_size, n_samples,
@@ -57,6 +64,7 @@ def evaluate_pairs(
     run_dir: Path, config: TrainConfig, model: Any, tokenizer: Any, n_samples: int, step: Any
 ) -> dict[str, Any]:
     """A DPO or ORPO run: held-out preference accuracy and margin, and sample replies."""
+    from dragonfarm_core.trainers import pref_data
     from dragonfarm_core.trainers.dpo import dpo_score
     from dragonfarm_core.trainers.orpo import orpo_score
 
@@ -80,9 +88,12 @@ def evaluate_pairs(
 
 def recompute(run_dir: str | os.PathLike[str], n_samples: int) -> dict[str, Any]:
     """Measure the run again and rewrite eval.json and samples.json; returns eval.json."""
+    from dragonfarm_core.trainers.common import ModelLoadError
+
     run_dir = Path(run_dir).resolve()
     config = load_config(run_dir)
-    if config.method not in MESSAGE_METHODS + PAIR_METHODS:
+    row = METHODS.get(config.method)
+    if row is None or not row.recomputable:
         raise ValueError(
             f"{run_dir}: recomputing the evaluation of a {config.method} run is not supported; "
             f"its trainer's {files.EVAL} is the evaluation (dragon.evaluate(run) reads it)."
@@ -95,10 +106,12 @@ def recompute(run_dir: str | os.PathLike[str], n_samples: int) -> dict[str, Any]
         )
     model, tokenizer = load_trained(run_dir, config)
     step = files.read_status(run_dir).get("step")
-    measure = evaluate_messages if config.method in MESSAGE_METHODS else evaluate_pairs
+    measure = evaluate_pairs if row.data_kind == "pairs" else evaluate_messages
     results = measure(run_dir, config, model, tokenizer, n_samples, step)
     results["recomputed_at"] = files.now_iso()
     files.write_eval(run_dir, results)
+    if (run_dir / files.METRICS).exists():
+        files.write_json(run_dir / files.METRICS, {})
     return results
 
 
@@ -111,15 +124,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--n-samples", type=int, default=10, help="held-out prompts to generate replies for"
     )
+    parser.add_argument("--job", help="run as the job in this folder (status, heartbeat, cancel)")
     ns = parser.parse_args(argv)
     if not files.is_run_dir(ns.run_dir):
         parser.error(f"{ns.run_dir} is not a run directory: it has no {files.CONFIG}.")
     if ns.n_samples < 0:
         parser.error("--n-samples must be 0 or more.")
-    results = recompute(ns.run_dir, ns.n_samples)
+    if ns.job:
+        return jobs.run_job(ns.job, lambda: _recompute(ns.run_dir, ns.n_samples))
+    _recompute(ns.run_dir, ns.n_samples)
+    return 0
+
+
+def _recompute(run_dir: str, n_samples: int) -> None:
+    results = recompute(run_dir, n_samples)
     shown = {k: v for k, v in results.items() if isinstance(v, int | float) or v is None}
     print(f"[dragonfarm] evaluation recomputed: {shown}", flush=True)
-    return 0
 
 
 if __name__ == "__main__":

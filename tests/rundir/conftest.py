@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from dragonfarm_core.data.dataset import Dataset, dataset
-from dragonfarm_core.rundir import files, launch, location
+from dragonfarm_core.rundir import files, jobs, launch, location
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 KNOBS = ("STEPS", "STEP_S", "SAVE_EVERY", "FAIL_AT", "IGNORE_CANCEL", "IGNORE_TERM", "NO_FINAL")
@@ -41,11 +41,11 @@ def kill_runs_under(root: Path) -> None:
 
 @pytest.fixture(autouse=True)
 def _kill_children() -> Iterator[None]:
-    """Whatever happens in a test, no trainer process it started outlives it."""
-    before = set(launch._children)
+    """Whatever happens in a test, no trainer or job process it started outlives it."""
+    before = set(jobs._children)
     yield
-    for pid in set(launch._children) - before:
-        child = launch._children.pop(pid)
+    for pid in set(jobs._children) - before:
+        child = jobs._children.pop(pid)
         if child.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dragonfarm_core.rundir import files, launch
+from dragonfarm_core.rundir import files, jobs, launch
 from dragonfarm_core.rundir.create import create_run
 from dragonfarm_core.rundir.run import Run, RunFailedError
 from dragonfarm_core.training import train
@@ -109,7 +109,7 @@ def test_cancel_kills_the_group_of_a_trainer_that_does_not_stop(
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.05")
     monkeypatch.setenv("FAKE_TRAINER_IGNORE_CANCEL", "1")
     monkeypatch.setenv("FAKE_TRAINER_IGNORE_TERM", "1")
-    monkeypatch.setattr(launch, "KILL_GRACE_S", 0.3)
+    monkeypatch.setattr(jobs, "KILL_GRACE_S", 0.3)
     run = train(sft_data, str(model_dir), runs_dir=runs_root)
     wait_for(lambda: (run.status().get("step") or 0) >= 1, what="a step")
     before = files.read_status(run.dir)
@@ -157,7 +157,7 @@ def test_start_refuses_a_run_that_is_already_active(runs_root, sft_data, model_d
 def test_a_queued_run_that_never_started_is_reported(runs_root, sft_data, model_dir, monkeypatch):
     path = create_run("sft", sft_data, str(model_dir), runs_dir=runs_root)
     assert Run(path).state == "queued"  # just written: its launcher may be spawning it
-    monkeypatch.setattr(launch, "STARTUP_GRACE_S", 0)
+    monkeypatch.setattr(jobs, "STARTUP_GRACE_S", 0)
     status = Run(path).status()
     assert status["state"] == "failed" and "never started" in status["error"]
 

@@ -105,8 +105,8 @@ def test_the_evaluator_gets_the_allow_listed_environment(monkeypatch, tmp_path):
         raise Spawned
 
     monkeypatch.setattr(subprocess, "Popen", popen)
-    run = type("R", (), {"dir": tmp_path, "id": "r"})()
+    run = type("R", (), {"dir": tmp_path, "id": "r", "config": {"hardware": {"device": "cpu"}}})()
     with pytest.raises(Spawned):
-        evaluation.recompute_evaluation(run, 2)
+        evaluation.start_recompute(run, 2)  # a job (rundir.jobs), as every background process
     assert seen["env"] == launch.child_env()
     assert not set(SECRETS) & set(seen["env"])

@@ -1,8 +1,9 @@
 """Evaluate tab handlers: finished runs to pick, dragon.evaluate's summary, measures, metrics and
-samples, the code panel, and refusals shown as they are.
+samples, the code panel, refusals shown as they are, and a recompute watched as a job.
 
 Runs are trained by tests/fake_trainer.py (the `runs_dir` fixture in conftest.py), which writes
-no eval.json or samples.json: each test writes what the real trainer would.
+no eval.json or samples.json: each test writes what the real trainer would. A recompute runs
+tests/fake_job.py in place of the evaluator.
 """
 
 from __future__ import annotations
@@ -10,15 +11,22 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import sys
+import time
 from pathlib import Path
 
 import gradio as gr
 import pytest
 
 import dragonfarm_core as dragon
+from dragonfarm_core import evaluation
 from dragonfarm_core.rundir import create, files
 from ui import watch
 from ui.tabs import evaluate
+
+FAKE_JOB = str(Path(__file__).resolve().parents[1] / "fake_job.py")
+NAMES = ["summary", "measures", "metrics", "samples", "code", "error", "log", "stop", "go",
+         "timer", "watching"]  # fmt: skip
 
 SKIP = gr.skip()
 SAMPLES = [
@@ -46,11 +54,9 @@ def sft_run(mapped, model, runs_dir: Path) -> dragon.Run:
 
 
 def outputs(out: tuple) -> dict:
-    names = ["summary", "measures", "metrics", "samples", "code", "error"]
-    shown = dict(zip(names, out, strict=True))
-    for name in ("measures", "samples"):  # shown once there is a result
-        if shown[name] != SKIP:
-            assert shown[name]["visible"] is True
+    shown = dict(zip(NAMES, out, strict=True))
+    for name in ("measures", "samples"):  # shown once there is a result, hidden while measuring
+        if shown[name] != SKIP and shown[name]["visible"] is True:
             shown[name] = shown[name]["value"]
     return shown
 
@@ -148,3 +154,74 @@ def test_refusals_are_shown(sft_run, mapped, model, runs_dir: Path):
     queued = create.create_run("sft", mapped, model, runs_dir=runs_dir)
     with pytest.warns(UserWarning, match="still queued"):
         evaluate.run_evaluation(str(queued), [], "", 10, False, runs_dir=runs_dir)
+
+
+@pytest.fixture
+def slow_evaluator(monkeypatch: pytest.MonkeyPatch):
+    """The recompute runs tests/fake_job.py: `steps` steps of 0.05 s, then it writes eval.json
+    and the samples as the evaluator would."""
+
+    def use(steps: int) -> None:
+        def command(run_dir: Path, n_samples: int, job_dir: Path) -> list[str]:
+            return [sys.executable, FAKE_JOB, str(job_dir), "--steps", str(steps), "--step-s",
+                    "0.05", "--eval-of", str(run_dir), "--n-samples", str(n_samples)]  # fmt: skip
+
+        monkeypatch.setattr(evaluation, "evaluator_command", command)
+
+    return use
+
+
+def watch_until(shown: dict, done, timeout: float = 30) -> tuple[dict, list[str]]:
+    """Tick as the page's timer does until `done(shown)`; (last outputs, summaries seen)."""
+    summaries, end = [shown["summary"]], time.monotonic() + timeout
+    watching = shown["watching"]
+    while not done(shown):
+        assert time.monotonic() < end, f"still {shown['summary']!r} after {timeout} s"
+        time.sleep(0.1)
+        out = outputs(evaluate.tick(watching))
+        if out["watching"] != SKIP:  # a tick that read nothing leaves everything as it was
+            shown, watching = out, out["watching"]
+            summaries.append(shown["summary"])
+    return shown, summaries
+
+
+def test_measuring_again_returns_at_once_and_the_page_watches_the_job(
+    sft_run, runs_dir: Path, slow_evaluator
+):
+    slow_evaluator(steps=20)  # a second of work
+    began = time.monotonic()
+    shown = outputs(
+        evaluate.run_evaluation(str(sft_run.dir), ["exact"], "", 3, True, runs_dir=runs_dir)
+    )
+    assert time.monotonic() - began < 5  # the handler never waits for the evaluator
+    assert "measuring again with the saved adapter" in shown["summary"]
+    assert shown["stop"]["interactive"] is True and shown["go"]["interactive"] is False
+    assert shown["timer"].active is True and shown["error"] == ""
+    assert "recompute=True" in shown["code"]
+    job = shown["watching"].pending.job
+    assert job.dir.parent == sft_run.dir / files.JOBS_DIR and job.dir.name.startswith("evaluate-")
+
+    assert evaluate.tick(None) == (SKIP,) * len(NAMES)  # nothing to watch: nothing read
+    shown, summaries = watch_until(shown, lambda s: s["watching"] is None)
+    assert any("running" in s for s in summaries if s != SKIP)
+    assert shown["summary"].startswith(f"**Run `{sft_run.id}`** (SFT): 3 samples, measured again")
+    assert shown["error"] == "" and shown["timer"].active is False
+    assert shown["go"]["interactive"] is True and shown["stop"]["interactive"] is False
+    assert list(shown["samples"]["generated"]) == [f"Reset it ({i})." for i in range(3)]
+    assert shown["metrics"]["value"].values.tolist() == [["exact", "1"]]
+    assert job.state == "succeeded" and any(line == "step 20" for line in job.logs(40))
+
+
+def test_a_running_recompute_can_be_cancelled_from_the_page(
+    sft_run, runs_dir: Path, slow_evaluator
+):
+    slow_evaluator(steps=600)  # half a minute: it is cancelled long before
+    shown = outputs(evaluate.run_evaluation(str(sft_run.dir), [], "", 3, True, runs_dir=runs_dir))
+    shown, _ = watch_until(shown, lambda s: "running" in str(s["summary"]))
+    assert shown["log"]["visible"] is True
+    with pytest.warns(UserWarning, match="was cancelled"):
+        out = outputs(evaluate.cancel(shown["watching"]))
+    assert "was cancelled" in out["error"] and out["watching"] is None
+    assert out["go"]["interactive"] is True and out["timer"].active is False
+    assert shown["watching"].pending.state == "cancelled"
+    assert files.read_eval(sft_run.dir) == SFT_EVAL  # the evaluator never wrote its results

@@ -43,6 +43,8 @@ def test_paths_map_to_their_run_and_to_the_table(tmp_path: Path):
     assert watch.changed_keys(root, str(root / "r1" / files.STATUS)) == (root / "r1", True)
     assert watch.changed_keys(root, str(root / "r1" / files.PROGRESS)) == (root / "r1", False)
     assert watch.changed_keys(root, str(root / "r1" / files.LOG)) == (root / "r1", False)
+    job = root / "r1" / files.JOBS_DIR / "evaluate-20260101-000000"
+    assert watch.changed_keys(root, str(job / files.STATUS)) == (root / "r1", False)  # not a row
     archived = root / files.ARCHIVED_DIR / "r2"
     assert watch.changed_keys(root, str(archived / files.CONFIG)) == (archived, True)
     assert watch.changed_keys(root, str(root / files.UPLOADS_DIR / "a.csv")) == (None, False)

@@ -1,16 +1,23 @@
 """The Evaluate tab: a finished run's held-out measurements, its sample replies, and metrics.
 
-One call of `dragon.evaluate`: it reads what training wrote at its end (eval.json and
-samples.json), or measures again with the saved adapter when asked or when more samples are
-wanted than were written (in a subprocess: this process never loads a model). Chosen metrics
-score the sample replies and are stored in the run, so the means stay with it. The picked run
-is resolved in the app's runs dir (`refs.resolve_run`): one outside it is refused, not evaluated.
+Evaluate is `dragon.start_evaluation`: what training wrote at its end (eval.json and
+samples.json) is shown at once; measuring again with the saved adapter (when asked, or when
+more samples are wanted than were written) is a background job (this process never loads a
+model), and the handler returns at once. The page then watches the job as the Monitor tab
+watches a run: a `gr.Timer`, active only while a job runs, ticks every TICK_S and reads the job
+only when the run's change counter (`ui.watch`) moved, or every LIVENESS_S (a dead evaluator
+writes nothing; reading its status is what notices it). It shows the job's state and log, and a
+Cancel; when the job is done, its results. Chosen metrics score the sample replies and are
+stored in the run, so the means stay with it. The picked run is resolved in the app's runs dir
+(`refs.resolve_run`): one outside it is refused, not evaluated.
 """
 
 from __future__ import annotations
 
 import html
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,15 +26,32 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
-from dragonfarm_core.rundir import refs
+from dragonfarm_core.rundir import files, refs
 from ui import present, watch
 from ui.context import AppContext
 
 TITLE = "Evaluate"
 FINISHED = ("succeeded", "cancelled", "failed")
+ACTIVE = ("queued", "running")
 CODE_HINT = "# Pick a finished run; the Python that evaluates it appears here."
 NO_RUN = "Pick a finished run (it is listed once its training has ended)."
 EVALUATE_ERRORS = (ValueError, TypeError, OSError, RuntimeError)
+TICK_S = 1.0
+LIVENESS_S = 10.0
+LOG_LINES = 20
+CANCEL_TIMEOUT_S = 10.0
+WAITING = {"queued": "queued, waiting for the device", "running": "running"}
+
+
+@dataclass(frozen=True)
+class Watching:
+    """The evaluation this page is waiting for: the job, the code panel it shows, and what
+    the page last read (the run's change counter, and when)."""
+
+    pending: dragon.EvaluationJob
+    code: str
+    version: int | None
+    read_at: float
 
 
 def run_choices(runs_dir: Path) -> list[tuple[str, str]]:
@@ -55,8 +79,9 @@ def chosen_metrics(names: Sequence[str] | None, pattern: str | None) -> list[Any
     """The metrics to pass: the ticked names, then a regex metric; None when there are none
     (evaluate then returns the means stored earlier)."""
     metrics: list[Any] = list(names or [])
-    if (pattern or "").strip():
-        metrics.append(dragon.metric_regex(pattern.strip()))
+    regex = (pattern or "").strip()
+    if regex:
+        metrics.append(dragon.metric_regex(regex))
     return metrics or None
 
 
@@ -67,11 +92,86 @@ def evaluate_code(
     arguments = [literal(run_dir), f"n_samples={n_samples}"]
     arguments += ["recompute=True"] if recompute else []
     metrics = [literal(name) for name in names or []]
-    if (pattern or "").strip():
-        metrics.append(f"dragon.metric_regex({literal(pattern.strip())})")
+    regex = (pattern or "").strip()
+    if regex:
+        metrics.append(f"dragon.metric_regex({literal(regex)})")
     arguments += [f"metrics=[{', '.join(metrics)}]"] if metrics else []
     body = f"ev = dragon.evaluate({', '.join(arguments)})\nprint(ev)\nprint(ev.samples)\n"
     return present.python_code(body)
+
+
+def _view(
+    summary: Any = None,
+    tables: tuple[Any, Any, Any] | None = None,
+    code: Any = None,
+    error: str = "",
+    log: Any = None,
+    watching: Watching | None = None,
+) -> tuple[Any, ...]:
+    """The outputs (summary, measures, metrics, samples, code, error, log, cancel button,
+    evaluate button, timer, watching); what is None is left as it is."""
+    keep = gr.skip()
+    active = watching is not None
+    return (
+        keep if summary is None else summary,
+        *(tables if tables is not None else (keep,) * 3),
+        keep if code is None else code,
+        present.error_html(error),
+        gr.update(visible=False) if log is None else gr.update(value=log, visible=True),
+        gr.update(interactive=active, value="Cancel"),
+        gr.update(interactive=not active),
+        gr.Timer(active=active),
+        watching,
+    )
+
+
+def _results(ev: Any, code: str) -> tuple[Any, ...]:
+    """The outputs for a finished evaluation."""
+    how = "measured again with the saved adapter" if ev.recomputed else "as training wrote it"
+    summary = f"**Run `{ev.run_id}`** ({ev.method.upper()}): {len(ev.samples)} samples, {how}."
+    tables = (
+        gr.update(value=present.evaluation_table(ev.results), visible=True),
+        gr.update(value=present.metrics_table(ev.metrics), visible=bool(ev.metrics)),
+        gr.update(value=ev.samples, visible=True),
+    )
+    return _view(summary, tables, code)
+
+
+def _refused(message: str) -> tuple[Any, ...]:
+    gr.Warning(html.escape(message.splitlines()[0]))
+    return _view(error=message)
+
+
+def _progress(watching: Watching, status: dict[str, Any]) -> tuple[Any, ...]:
+    """The outputs while the job runs: its state, for how long, and its log."""
+    state = status.get("state") or "queued"
+    since = _epoch(status.get("started_at") or status.get("queued_at"))
+    took = f" for {int(time.time() - since)} s" if since is not None else ""
+    run = watching.pending.run
+    summary = (
+        f"**Run `{run.id}`** ({run.method.upper()}): measuring again with the saved adapter: "
+        f"{WAITING.get(state, state)}{took}…"
+    )
+    log = "\n".join(watching.pending.logs(LOG_LINES))
+    hidden = (gr.update(visible=False),) * 3
+    return _view(summary, hidden, watching.code, log=log, watching=watching)
+
+
+def _epoch(value: Any) -> float | None:
+    """An ISO time from a status as seconds since the epoch (None when there is none)."""
+    parsed = files.parse_iso(value)
+    return parsed.timestamp() if parsed is not None else None
+
+
+def _finished(watching: Watching) -> tuple[Any, ...]:
+    """The outputs once the job ended: its results, or why there are none."""
+    try:
+        ev = watching.pending.result()
+    except EVALUATE_ERRORS as e:
+        gr.Warning(html.escape(str(e).splitlines()[0]))
+        log = "\n".join(watching.pending.logs(LOG_LINES))
+        return _view(present.hint_html(str(e).splitlines()[0]), error=str(e), log=log)
+    return _results(ev, watching.code)
 
 
 def run_evaluation(
@@ -83,7 +183,8 @@ def run_evaluation(
     *,
     runs_dir: Path,
 ) -> tuple[Any, ...]:
-    """Evaluate -> (summary, measures table, metrics table, samples table, code, error box)."""
+    """Evaluate -> the outputs (see `_view`), at once: the results when what training wrote
+    answers, else the recompute's job, which the timer then watches."""
     try:
         if not run_dir:
             raise ValueError(NO_RUN)
@@ -91,22 +192,38 @@ def run_evaluation(
         if n_samples is None:
             raise ValueError("Samples is empty; enter how many sample replies to show.")
         n = int(n_samples)
-        ev = dragon.evaluate(run_dir, n_samples=n, recompute=recompute,
-                             metrics=chosen_metrics(names, pattern))  # fmt: skip
+        pending = dragon.start_evaluation(run_dir, n_samples=n, recompute=recompute,
+                                          metrics=chosen_metrics(names, pattern))  # fmt: skip
+        code = evaluate_code(run_dir, n, recompute, names or [], pattern)
+        if pending.job is None:
+            return _results(pending.result(), code)
     except EVALUATE_ERRORS as e:
-        gr.Warning(html.escape(str(e).splitlines()[0]))
-        return (gr.skip(),) * 5 + (present.error_html(str(e)),)
-    how = "measured again with the saved adapter" if ev.recomputed else "as training wrote it"
-    summary = f"**Run `{ev.run_id}`** ({ev.method.upper()}): {len(ev.samples)} samples, {how}."
-    metrics = gr.update(value=present.metrics_table(ev.metrics), visible=bool(ev.metrics))
-    return (
-        summary,
-        gr.update(value=present.evaluation_table(ev.results), visible=True),
-        metrics,
-        gr.update(value=ev.samples, visible=True),
-        evaluate_code(run_dir, n, recompute, names or [], pattern),
-        "",
-    )
+        return _refused(str(e))
+    watching = Watching(pending, code, watch.run_version(run_dir), time.monotonic())
+    return _progress(watching, pending.status())
+
+
+def tick(watching: Watching | None) -> tuple[Any, ...]:
+    """Timer tick: read the job only if the run's files changed, or every LIVENESS_S."""
+    if watching is None:
+        return (gr.skip(),) * 11
+    version = watch.run_version(watching.pending.run.dir)
+    due = time.monotonic() - watching.read_at >= LIVENESS_S
+    if version == watching.version and not due:
+        return (gr.skip(),) * 11
+    status = watching.pending.status()
+    seen = Watching(watching.pending, watching.code, version, time.monotonic())
+    if status.get("state") in ACTIVE:
+        return _progress(seen, status)
+    return _finished(seen)
+
+
+def cancel(watching: Watching | None) -> tuple[Any, ...]:
+    """Cancel: the evaluator is interrupted; eval.json stays as it was unless it was written."""
+    if watching is None:
+        return _view()
+    watching.pending.cancel(timeout=CANCEL_TIMEOUT_S)
+    return _finished(watching)
 
 
 def build(ctx: AppContext) -> None:
@@ -142,9 +259,20 @@ def build(ctx: AppContext) -> None:
             scale=2,
             elem_id="evaluate-regex",
         )
-    go = gr.Button("Evaluate", variant="primary", elem_id="evaluate-go")
+    with gr.Row():
+        go = gr.Button("Evaluate", variant="primary", scale=4, elem_id="evaluate-go")
+        stop = gr.Button("Cancel", interactive=False, scale=1, elem_id="evaluate-cancel")
     error = gr.HTML(elem_id="evaluate-error")
     summary = gr.Markdown(present.hint_html(NO_RUN), elem_id="evaluate-summary")
+    log = gr.Textbox(
+        label=f"Evaluator log (last {LOG_LINES} lines)",
+        lines=6,
+        max_lines=6,
+        autoscroll=True,
+        interactive=False,
+        visible=False,
+        elem_id="evaluate-log",
+    )
     with gr.Row():
         measures = gr.Dataframe(
             label="Held-out evaluation",
@@ -171,12 +299,19 @@ def build(ctx: AppContext) -> None:
         show_line_numbers=False,
         elem_id="evaluate-code",
     )
-    seen = gr.State(None)
+    seen, watching = gr.State(None), gr.State(None)
+    timer = gr.Timer(TICK_S, active=False)  # ticks only while a recompute runs
 
+    view = [summary, measures, metrics, samples, code, error, log, stop, go, timer, watching]
+    quiet: dict[str, Any] = {"show_progress": "hidden"}
     go.click(
         partial(run_evaluation, runs_dir=ctx.runs_dir),
         [picker, names, pattern, n_samples, recompute],
-        [summary, measures, metrics, samples, code, error],
+        view,
+    )
+    timer.tick(tick, watching, view, **quiet)
+    stop.click(lambda: gr.update(value="Cancelling…", interactive=False), None, stop).then(
+        cancel, watching, view
     )
     picker.focus(partial(refresh_runs, ctx.runs_dir), [seen, picker], [picker, seen])
     ctx.run.change(partial(select, ctx.runs_dir), ctx.run, picker)

@@ -226,17 +226,17 @@ def build(ctx: AppContext) -> None:
     timer = gr.Timer(TICK_S)
 
     view = [header, bar, chart, log, samples, code, stop, again, error, seen]
-    quiet = {"show_progress": "hidden"}
-    inside = {"runs_dir": ctx.runs_dir}  # every handler resolves the picked run in it
-    picker.change(partial(show, **inside), picker, view, **quiet)
-    picker.input(partial(pick, **inside), picker, ctx.run)
+    quiet: dict[str, Any] = {"show_progress": "hidden"}
+    inside = ctx.runs_dir  # every handler resolves the picked run in it
+    picker.change(partial(show, runs_dir=inside), picker, view, **quiet)
+    picker.input(partial(pick, runs_dir=inside), picker, ctx.run)
     ctx.run.change(partial(select, ctx.runs_dir), ctx.run, picker)
-    timer.tick(partial(tick, **inside), [picker, seen], view, **quiet)
+    timer.tick(partial(tick, runs_dir=inside), [picker, seen], view, **quiet)
     timer.tick(
         partial(refresh_choices, ctx.runs_dir), [seen_runs, picker], [picker, seen_runs], **quiet
     )
     stop.click(lambda: gr.update(value="Cancelling…", interactive=False), None, stop).then(
-        partial(cancel, **inside), picker, view
+        partial(cancel, runs_dir=inside), picker, view
     )
-    again.click(partial(resume, **inside), picker, view)
+    again.click(partial(resume, runs_dir=inside), picker, view)
     log.change(None, None, None, js=SCROLL_LOG)

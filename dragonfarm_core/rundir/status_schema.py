@@ -1,0 +1,64 @@
+"""What a status.json may hold: its states, the type of each known field, and the check.
+
+A run's status.json and a job's (`jobs`) have one format. `parse_status` turns the bytes of
+such a file into a status, or says what is wrong with it as the end of a sentence; `files`
+reads the file, retries a bad read and reports a file that stays bad as state DAMAGED.
+Pure standard library: the trainer and the app both import it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+STATES = ("queued", "running", "succeeded", "failed", "cancelled", "bundled")
+TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+ACTIVE_STATES = frozenset({"queued", "running"})
+# Reported by files.read_status for a status.json that cannot be read as a status; never written.
+DAMAGED = "damaged"
+# The type each known status field must have when present (None is always allowed).
+_WHOLE = ("pid", "step", "total_steps", "params_trainable", "params_total", "truncated_rows")
+_TEXT = ("queued_at", "started_at", "finished_at", "heartbeat", "reason", "error", "device",
+         "dtype", "queue", "resumed_from", "kind")  # fmt: skip
+STATUS_FIELDS: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(_WHOLE, (int,)),
+    **dict.fromkeys(("pid_create_time", "queued_ts", "epoch"), (int, float)),
+    **dict.fromkeys(_TEXT, (str,)),
+    "metrics": (dict,),
+    "log_tail": (list,),
+}
+_KIND_NAMES = {int: "a whole number", float: "a number", str: "a string", dict: "an object",
+              list: "a list"}  # fmt: skip
+
+
+def status_problem(status: Any) -> str | None:
+    """What makes `status` not a status (wrong shape, unknown state, a field of the wrong
+    type), as the end of a sentence; None when it is fine."""
+    if not isinstance(status, dict):
+        return f"it holds a JSON {type(status).__name__}, not an object"
+    state = status.get("state")
+    if state not in STATES:
+        got = "no state" if state is None else f"the state {state!r:.40}"
+        return f"it names {got}, not one of {', '.join(STATES)}"
+    for key, kinds in STATUS_FIELDS.items():
+        value = status.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            wanted = " or ".join(_KIND_NAMES[k] for k in kinds)
+            return f"its {key} is {value!r:.40}, not {wanted}"
+    return None
+
+
+def parse_status(data: bytes) -> tuple[dict[str, Any], str | None]:
+    """(status, None), or ({}, what is wrong with these bytes as a status.json)."""
+    if not data.strip():
+        return {}, "it is empty"
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return {}, f"byte {e.start} is not UTF-8 text"
+    except json.JSONDecodeError as e:
+        return {}, f"it is not valid JSON ({e.msg}: line {e.lineno}, column {e.colno})"
+    problem = status_problem(value)
+    return (value, None) if problem is None else ({}, problem)
