@@ -13,21 +13,18 @@ base before a new adapter is trained, which is the usual order: train(), then pr
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
+from dragonfarm_core.method_args import PreferenceArgs
+from dragonfarm_core.methods import METHODS as TABLE
 from dragonfarm_core.rundir.run import Run
-from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
-from dragonfarm_core.training import start_training
+from dragonfarm_core.settings import Hardware, Lora, TrainArgs
+from dragonfarm_core.spec import DEFAULT_HARDWARE, DEFAULT_LORA, RunSpec
+from dragonfarm_core.training import start
 
-METHODS = ("dpo", "orpo")
-# The manual's defaults for this stage: a gentler learning rate than SFT, two epochs.
-DEFAULT_LORA, DEFAULT_ARGS, DEFAULT_HARDWARE = (
-    Lora(),
-    TrainArgs(learning_rate=5e-5, epochs=2),
-    Hardware(),
-)
+METHODS = tuple(name for name, row in TABLE.items() if row.function == "prefer")
+DEFAULT_ARGS = TABLE["dpo"].default_args  # the manual's defaults for this stage
 
 
 def prefer(
@@ -62,21 +59,9 @@ def prefer(
     """
     if method not in METHODS:
         raise ValueError(f"method={method!r} is not one of {', '.join(map(repr, METHODS))}.")
-    if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 < beta < math.inf:
-        raise SettingsError(f"beta must be a number > 0 (0.1 is a sensible start), got {beta!r}.")
-    return start_training(
-        method,
-        dataset,
-        model,
-        lora=lora,
-        args=args,
-        hardware=hardware,
-        name=name,
-        run_dir=run_dir,
-        runs_dir=runs_dir,
-        n_samples=n_samples,
-        revision=revision,
+    spec = RunSpec(
+        method, dataset, model, lora=lora, args=args, hardware=hardware,
+        method_args=PreferenceArgs(beta), name=name, n_samples=n_samples, revision=revision,
         trust_remote_code=trust_remote_code,
-        method_args={"beta": float(beta)},
-        wait=wait,
-    )
+    )  # fmt: skip
+    return start(spec, run_dir, runs_dir, wait)

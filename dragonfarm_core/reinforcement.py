@@ -12,148 +12,23 @@ function imports torch in the calling process.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import warnings
-from dataclasses import dataclass, field
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
 
-from dragonfarm_core.data.codegen import literal
-from dragonfarm_core.rewards import Reward, RewardErrors, assign_names, reward_names, score
-from dragonfarm_core.rundir import files
+from dragonfarm_core.method_args import GrpoArgs, ReinforceArgs, check_rewards
+from dragonfarm_core.methods import METHODS
+from dragonfarm_core.rewards import Reward, RewardErrors, score
 from dragonfarm_core.rundir.run import Run
-from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
-from dragonfarm_core.trainers.config import extra_args
-from dragonfarm_core.training import start_training
+from dragonfarm_core.settings import Hardware, Lora, TrainArgs
+from dragonfarm_core.spec import DEFAULT_HARDWARE, DEFAULT_LORA, RunSpec, check_dataset
+from dragonfarm_core.training import start
 
-DEFAULT_LORA, DEFAULT_HARDWARE = Lora(), Hardware()
-# The manual's defaults for GRPO: a small learning rate, one pass, a checkpoint every 20 steps.
-DEFAULT_ARGS = TrainArgs(learning_rate=1e-5, epochs=1, batch_size=4, grad_accum=1, save_steps=20)
-
-
-def _meta(label: str, help: str, min: float, max: float, step: float | None) -> dict[str, Any]:
-    return {"label": label, "help": help, "min": min, "max": max, "choices": None, "step": step}
-
-
-@dataclass(frozen=True)
-class ReinforceArgs:
-    """GRPO's own settings: config.json's method_args besides the rewards.
-
-    TrainArgs.batch_size counts prompts: each optimizer step samples batch_size x grad_accum
-    prompts, and group_size completions of each.
-    """
-
-    group_size: int = field(
-        default=4,
-        metadata=_meta(
-            "Group size",
-            "Completions sampled per prompt; each is judged against its group's "
-            "average, so at least 2. More gives a steadier signal and costs more.",
-            2,
-            64,
-            1,
-        ),
-    )
-    beta: float = field(
-        default=0.04,
-        metadata=_meta(
-            "KL penalty (beta)",
-            "How strongly the model is held near the one it started from; 0 lets it drift freely.",
-            0.0,
-            10.0,
-            0.01,
-        ),
-    )
-    temperature: float = field(
-        default=1.0,
-        metadata=_meta(
-            "Temperature",
-            "Sampling temperature of the completions; above 0, or every completion "
-            "of a group is the same.",
-            0.05,
-            5.0,
-            0.05,
-        ),
-    )
-    max_new_tokens: int = field(default=128, metadata=_meta(
-        "Max new tokens", "Longest completion; longer ones are cut and scored as they are.",
-        1, 8192, 1))  # fmt: skip
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value, meta = getattr(self, f.name), f.metadata
-            whole = f.type == "int"
-            if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
-                kind = "a whole number" if whole else "a number"
-                raise SettingsError(f"{f.name} must be {kind}, got {value!r}.")
-            if not math.isfinite(value) or not meta["min"] <= value <= meta["max"]:
-                raise SettingsError(
-                    f"{f.name} = {value} is out of range; use a value between "
-                    f"{meta['min']} and {meta['max']}."
-                )
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def check_rewards(rewards: Any) -> list[Reward]:
-    """The rewards as a named list; one Reward alone is accepted as a list of one."""
-    if isinstance(rewards, Reward):
-        rewards = [rewards]
-    if not isinstance(rewards, list | tuple) or not rewards:
-        raise ValueError(
-            "rewards must be a non-empty list of dragon.reward(...), e.g. "
-            '[dragon.reward("numeric"), dragon.reward("length", max_chars=300)].'
-        )
-    for i, r in enumerate(rewards):
-        if not isinstance(r, Reward):
-            raise TypeError(
-                f"rewards[{i}] is a {type(r).__name__}, not a reward; build it with "
-                'dragon.reward(type, ...), e.g. dragon.reward("regex", pattern=r"T-\\d{4}").'
-            )
-    return assign_names(list(rewards))
-
-
-def _needing_reference(rewards: list[Reward]) -> list[str]:
-    return [name for r, name in zip(rewards, reward_names(rewards), strict=True)
-            if r.needs_reference]  # fmt: skip
-
-
-def check_prompts_dataset(dataset: Any, rewards: list[Reward]) -> None:
-    """Refuse a dataset that is not mapped as prompts, or has no reference a reward needs."""
-    mapping = getattr(dataset, "mapping", None)
-    if not callable(getattr(dataset, "split_records", None)):
-        raise TypeError(
-            f"dataset must be a dragon.dataset(...) mapped with .map_prompts(prompt=..., "
-            f"reference=...), got {type(dataset).__name__}."
-        )
-    if mapping is None or mapping.kind != "prompts":
-        got = "not mapped" if mapping is None else f"mapped as {mapping.kind!r}"
-        raise ValueError(
-            f"reinforce() practises on prompts: map dataset {dataset.name!r} with "
-            f".map_prompts(prompt=..., reference=...); it is {got}."
-        )
-    needing = _needing_reference(rewards)
-    if needing and mapping.reference is None:
-        raise ValueError(
-            f"Reward(s) {', '.join(map(repr, needing))} compare completions with a reference "
-            f"answer, but dataset {dataset.name!r} maps no reference column. Map one with "
-            ".map_prompts(prompt=..., reference='answer'), or use rewards that need none "
-            "(regex, length, json, keyword, command, custom)."
-        )
-
-
-def _store_rewards(run_dir: Path, rewards: list[Reward]) -> None:
-    """Copy custom reward files into the run and record the copies in config.json."""
-    copies = [r.copy_into(run_dir) for r in rewards]
-    config = files.read_config(run_dir)
-    config["method_args"]["rewards"] = [r.to_dict(run_dir) for r in copies]
-    files.write_config(run_dir, config)
+# ReinforceArgs and check_rewards live in method_args; the GRPO trainer imports them from here.
+__all__ = ["ReinforceArgs", "check_rewards", "reinforce", "test_rewards"]
+DEFAULT_ARGS = METHODS["grpo"].default_args
 
 
 def reinforce(
@@ -184,33 +59,13 @@ def reinforce(
     end, eval.json holds the mean reward (total and per reward) on the held-out prompts, with
     greedy replies. Returns the Run at once; with wait=True, blocks until it ends.
     """
-    named = check_rewards(rewards)
-    settings = ReinforceArgs(group_size, beta, temperature, max_new_tokens)
-    check_prompts_dataset(dataset, named)
-    if isinstance(args, TrainArgs):
-        extra_args(args.extra)  # an unknown key is refused now, not in the trainer's log
-        if args.max_seq_len <= max_new_tokens:
-            raise SettingsError(
-                f"TrainArgs.max_seq_len ({args.max_seq_len}) must leave room for the prompt "
-                f"besides max_new_tokens ({max_new_tokens}); raise it or lower max_new_tokens."
-            )
-    return start_training(
-        "grpo",
-        dataset,
-        model,
-        lora=lora,
-        args=args,
-        hardware=hardware,
-        name=name,
-        run_dir=run_dir,
-        runs_dir=runs_dir,
-        n_samples=n_samples,
-        revision=revision,
-        trust_remote_code=trust_remote_code,
-        method_args={"rewards": [r.to_dict() for r in named], **settings.to_dict()},
-        prepare=lambda path: _store_rewards(path, named),
-        wait=wait,
-    )
+    settings = GrpoArgs(rewards=check_rewards(rewards), group_size=group_size, beta=beta,
+                        temperature=temperature, max_new_tokens=max_new_tokens)  # fmt: skip
+    spec = RunSpec(
+        "grpo", dataset, model, lora=lora, args=args, hardware=hardware, method_args=settings,
+        name=name, n_samples=n_samples, revision=revision, trust_remote_code=trust_remote_code,
+    )  # fmt: skip
+    return start(spec, run_dir, runs_dir, wait)
 
 
 def _prompt_items(prompts: Any, rewards: list[Reward], max_prompts: int) -> list[dict[str, Any]]:
@@ -221,7 +76,7 @@ def _prompt_items(prompts: Any, rewards: list[Reward], max_prompts: int) -> list
         if not prompts or not all(isinstance(p, str) and p.strip() for p in prompts):
             raise TypeError("prompts must be a non-empty list of non-empty str, or a Dataset "
                             "mapped with .map_prompts().")  # fmt: skip
-        needing = _needing_reference(rewards)
+        needing = GrpoArgs(rewards=rewards).needing_reference
         if needing:
             raise ValueError(
                 f"Reward(s) {', '.join(map(repr, needing))} compare with a reference answer, "
@@ -230,7 +85,7 @@ def _prompt_items(prompts: Any, rewards: list[Reward], max_prompts: int) -> list
             )
         return [{"prompt": [{"role": "user", "content": p}], "reference": None, "fields": {}}
                 for p in prompts]  # fmt: skip
-    check_prompts_dataset(prompts, rewards)
+    check_dataset(METHODS["grpo"], prompts, GrpoArgs(rewards=rewards))
     return prompts.records()[:max_prompts]
 
 
@@ -290,41 +145,3 @@ def test_rewards(
 
 
 test_rewards.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
-
-
-def _given_names(stored: list[dict[str, Any]]) -> set[int]:
-    """Indexes of the rewards whose name must be written: those that `assign_names` would not
-    give them again (names of the others are left out of the code)."""
-    keep: set[int] = set()
-    while True:
-        shapes = [SimpleNamespace(type=d["type"], name=d.get("name") if i in keep else None)
-                  for i, d in enumerate(stored)]  # fmt: skip
-        automatic = reward_names(shapes)  # type: ignore[arg-type]
-        wrong = {i for i, d in enumerate(stored) if automatic[i] != d.get("name")} - keep
-        if not wrong:
-            return keep
-        keep |= wrong
-
-
-def rewards_code(stored: list[dict[str, Any]], run_dir: str | os.PathLike[str]) -> str:
-    """The `[dragon.reward(...), ...]` source that rebuilds config.json's rewards.
-
-    Only fields that differ from the defaults are written, names only where they were chosen,
-    a custom file as the absolute path of the run's copy. Built from the stored dicts without
-    validating them again (a command's program may be missing on this machine).
-    """
-    defaults = {f.name: f.default for f in dataclasses.fields(Reward)}
-    named = _given_names(stored)
-    calls = []
-    for i, d in enumerate(stored):
-        parts = [literal(d["type"])]
-        for key, value in d.items():
-            if key == "type" or value == defaults.get(key) or (key == "name" and i not in named):
-                continue
-            if key == "file" and value and not os.path.isabs(value):
-                value = str(Path(run_dir) / value)
-            parts.append(f"{key}={literal(value) if isinstance(value, str) else repr(value)}")
-        calls.append(f"dragon.reward({', '.join(parts)})")
-    if len(calls) == 1:
-        return f"[{calls[0]}]"
-    return "[\n" + "".join(f"        {c},\n" for c in calls) + "    ]"  # one per line in code()

@@ -35,8 +35,14 @@ def _meta(
     return {"label": label, "help": help, "min": min, "max": max, "choices": choices, "step": step}
 
 
+def setting(default: Any, label: str, help: str, **limits: Any) -> Any:
+    """A settings field: its default and the metadata the app builds its widget from (label,
+    help, and min/max/choices/step as `limits`)."""
+    return field(default=default, metadata=_meta(label, help, **limits))
+
+
 @functools.cache
-def _numeric_fields(cls: type) -> dict[str, tuple[bool, bool]]:
+def _numeric_fields(cls: Any) -> dict[str, tuple[bool, bool]]:
     """{field: (whole, optional)} for each field declared int, float or `int | None`: what a
     value must be follows from the declared type alone, so a new field is checked too."""
     out = {}
@@ -60,7 +66,7 @@ def check_numbers(obj: Any, prefix: str | None = None) -> None:
     the infinities (a comparison with NaN is always False, so a range check alone lets it
     through and the trainer then learns nothing, or diverges).
     """
-    cls = type(obj)
+    cls: Any = type(obj)
     prefix = cls.__name__ if prefix is None else prefix
     meta = {f.name: f.metadata for f in dataclasses.fields(cls)}
     for name, (whole, optional) in _numeric_fields(cls).items():
@@ -77,7 +83,8 @@ def check_numbers(obj: Any, prefix: str | None = None) -> None:
             raise SettingsError(f"{where} = {value} is not a finite number; use {use}.")
         if whole and not isinstance(value, numbers.Integral) and not float(value).is_integer():
             raise SettingsError(f"{where} must be a whole number, got {value!r}.")
-        value = int(value) if whole else value if isinstance(value, int) else float(value)
+        # A Real is int()-able (Integral, or a whole float checked above).
+        value = int(value) if whole else value if isinstance(value, int) else float(value)  # type: ignore[call-overload]
         object.__setattr__(obj, name, value)  # a plain int or float, as JSON writes it
         lo, hi = meta[name].get("min"), meta[name].get("max")
         if lo is not None and value < lo:
@@ -99,39 +106,16 @@ def _check_choice(obj: Any, name: str) -> None:
 class Lora:
     """LoRA adapter settings."""
 
-    r: int = field(
-        default=16,
-        metadata=_meta(
-            "Rank (r)",
-            "Size of the low-rank update. 8-32 is typical; higher learns more and costs more.",
-            min=1,
-            max=512,
-            step=1,
-        ),
-    )
-    alpha: float = field(
-        default=32,
-        metadata=_meta(
-            "Alpha",
-            "Scale of the update (alpha / r multiplies it). Usually 2 x r.",
-            min=1,
-            max=4096,
-        ),
-    )
-    dropout: float = field(
-        default=0.05,
-        metadata=_meta(
-            "Dropout", "Dropout on the adapter input during training.", min=0.0, max=0.9, step=0.01
-        ),
-    )
-    target_modules: str | tuple[str, ...] = field(
-        default="auto",
-        metadata=_meta(
-            "Target modules",
-            "'auto' adapts every linear projection of the model; or a list of "
-            "module names such as q_proj, v_proj.",
-        ),
-    )
+    r: int = setting(16, "Rank (r)", min=1, max=512, step=1, help=
+        "Size of the low-rank update. 8-32 is typical; higher learns more and costs "
+        "more.")  # fmt: skip
+    alpha: float = setting(32, "Alpha", min=1, max=4096, help=
+        "Scale of the update (alpha / r multiplies it). Usually 2 x r.")  # fmt: skip
+    dropout: float = setting(0.05, "Dropout", min=0.0, max=0.9, step=0.01, help=
+        "Dropout on the adapter input during training.")  # fmt: skip
+    target_modules: str | tuple[str, ...] = setting("auto", "Target modules", help=
+        "'auto' adapts every linear projection of the model; or a list of module "
+        "names such as q_proj, v_proj.")  # fmt: skip
 
     def __post_init__(self) -> None:
         check_numbers(self)
@@ -150,101 +134,31 @@ class Lora:
 class TrainArgs:
     """How long and how fast to train. `extra` passes further keywords to the trainer."""
 
-    epochs: float = field(
-        default=3,
-        metadata=_meta("Epochs", "Passes over the training rows.", min=0.01, max=1000, step=1),
-    )
-    learning_rate: float = field(
-        default=2e-4,
-        metadata=_meta(
-            "Learning rate",
-            "Peak learning rate of the adapter (linear decay after warm-up).",
-            min=1e-8,
-            max=1.0,
-        ),
-    )
-    batch_size: int = field(
-        default=4, metadata=_meta("Batch size", "Rows per forward pass.", min=1, max=1024, step=1)
-    )
-    grad_accum: int = field(
-        default=4,
-        metadata=_meta(
-            "Gradient accumulation",
-            "Forward passes per optimizer step; the effective batch is batch_size x grad_accum.",
-            min=1,
-            max=1024,
-            step=1,
-        ),
-    )
-    max_seq_len: int = field(
-        default=1024,
-        metadata=_meta(
-            "Max sequence length",
-            "Tokens per row; longer rows are truncated and counted.",
-            min=16,
-            max=131072,
-            step=16,
-        ),
-    )
-    max_steps: int | None = field(
-        default=None,
-        metadata=_meta(
-            "Max steps",
-            "Stop after this many optimizer steps (empty: run all epochs).",
-            min=1,
-            max=10_000_000,
-            step=1,
-        ),
-    )
-    warmup_ratio: float = field(
-        default=0.03,
-        metadata=_meta(
-            "Warm-up ratio",
-            "Fraction of steps spent ramping the learning rate up.",
-            min=0.0,
-            max=0.5,
-            step=0.01,
-        ),
-    )
-    weight_decay: float = field(
-        default=0.0,
-        metadata=_meta(
-            "Weight decay", "AdamW weight decay on the adapter.", min=0.0, max=1.0, step=0.01
-        ),
-    )
-    logging_steps: int = field(
-        default=5,
-        metadata=_meta(
-            "Logging steps",
-            "Write a progress row every this many optimizer steps.",
-            min=1,
-            max=100_000,
-            step=1,
-        ),
-    )
-    save_steps: int = field(
-        default=100,
-        metadata=_meta(
-            "Save steps",
-            "Save a resumable checkpoint every this many optimizer steps.",
-            min=1,
-            max=1_000_000,
-            step=1,
-        ),
-    )
-    gradient_checkpointing: bool = field(
-        default=False,
-        metadata=_meta(
-            "Gradient checkpointing",
-            "Recompute activations in the backward pass: less memory, a little slower on a GPU.",
-        ),
-    )
-    seed: int = field(
-        default=42,
-        metadata=_meta(
-            "Seed", "Seed for data order, adapter init and sampling.", min=0, max=2**32 - 1, step=1
-        ),
-    )
+    epochs: float = setting(3, "Epochs", min=0.01, max=1000, step=1, help=
+        "Passes over the training rows.")  # fmt: skip
+    learning_rate: float = setting(2e-4, "Learning rate", min=1e-8, max=1.0, help=
+        "Peak learning rate of the adapter (linear decay after warm-up).")  # fmt: skip
+    batch_size: int = setting(4, "Batch size", "Rows per forward pass.", min=1, max=1024, step=1)
+    grad_accum: int = setting(4, "Gradient accumulation", min=1, max=1024, step=1, help=
+        "Forward passes per optimizer step; the effective batch is batch_size x "
+        "grad_accum.")  # fmt: skip
+    max_seq_len: int = setting(1024, "Max sequence length", min=16, max=131072, step=16, help=
+        "Tokens per row; longer rows are truncated and counted.")  # fmt: skip
+    max_steps: int | None = setting(None, "Max steps", min=1, max=10_000_000, step=1, help=
+        "Stop after this many optimizer steps (empty: run all epochs).")  # fmt: skip
+    warmup_ratio: float = setting(0.03, "Warm-up ratio", min=0.0, max=0.5, step=0.01, help=
+        "Fraction of steps spent ramping the learning rate up.")  # fmt: skip
+    weight_decay: float = setting(0.0, "Weight decay", min=0.0, max=1.0, step=0.01, help=
+        "AdamW weight decay on the adapter.")  # fmt: skip
+    logging_steps: int = setting(5, "Logging steps", min=1, max=100_000, step=1, help=
+        "Write a progress row every this many optimizer steps.")  # fmt: skip
+    save_steps: int = setting(100, "Save steps", min=1, max=1_000_000, step=1, help=
+        "Save a resumable checkpoint every this many optimizer steps.")  # fmt: skip
+    gradient_checkpointing: bool = setting(False, "Gradient checkpointing", help=
+        "Recompute activations in the backward pass: less memory, a little slower on "
+        "a GPU.")  # fmt: skip
+    seed: int = setting(42, "Seed", min=0, max=2**32 - 1, step=1, help=
+        "Seed for data order, adapter init and sampling.")  # fmt: skip
     extra: dict[str, Any] = field(
         default_factory=dict,
         metadata=_meta("Extra", "Further keyword arguments passed through to the trainer."),
@@ -292,29 +206,13 @@ DType = Literal["auto", "bfloat16", "float16", "float32"]
 class Hardware:
     """Where and in what precision to train."""
 
-    device: str = field(
-        default="auto",
-        metadata=_meta(
-            "Device",
-            "auto picks CUDA, then Apple MPS, then the CPU.",
-            choices=("auto", "cuda", "mps", "cpu"),
-        ),
-    )
-    dtype: str = field(
-        default="auto",
-        metadata=_meta(
-            "Precision",
-            "auto: bfloat16 where supported, float16 on older CUDA GPUs, float32 "
-            "for the trainable adapter on a CPU.",
-            choices=("auto", "bfloat16", "float16", "float32"),
-        ),
-    )
-    load_in_4bit: bool = field(
-        default=False,
-        metadata=_meta(
-            "Load in 4-bit", "QLoRA: keep the frozen base in 4-bit (bitsandbytes, CUDA only)."
-        ),
-    )
+    device: str = setting("auto", "Device", choices=("auto", "cuda", "mps", "cpu"), help=
+        "auto picks CUDA, then Apple MPS, then the CPU.")  # fmt: skip
+    dtype: str = setting("auto", "Precision", choices=("auto", "bfloat16", "float16", "float32"), help=
+        "auto: bfloat16 where supported, float16 on older CUDA GPUs, float32 for the "
+        "trainable adapter on a CPU.")  # fmt: skip
+    load_in_4bit: bool = setting(False, "Load in 4-bit", help=
+        "QLoRA: keep the frozen base in 4-bit (bitsandbytes, CUDA only).")  # fmt: skip
 
     def __post_init__(self) -> None:
         _check_choice(self, "device")

@@ -5,73 +5,42 @@
     dpo_ready = dragon.train(more, model=run)    # continue from a finished run
 
 train() writes the run directory, spawns the trainer and returns at once (unless wait=True);
-the run lives on if this Python session ends. `start_training` is the same path for every
-method, which prefer() and reinforce() use too.
+the run lives on if this Python session ends. `start(spec)` is the same path for every method:
+train(), prefer() and reinforce() build a `RunSpec` and call it, as the Train tab does.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import create, files, launch, queue
 from dragonfarm_core.rundir.run import Run, open_run
 from dragonfarm_core.settings import Hardware, Lora, TrainArgs
+from dragonfarm_core.spec import DEFAULT_HARDWARE, DEFAULT_LORA, RunSpec
 
-# Settings are frozen, so one default instance is safely shared by every call.
-DEFAULT_LORA, DEFAULT_ARGS, DEFAULT_HARDWARE = Lora(), TrainArgs(), Hardware()
+DEFAULT_ARGS = METHODS["sft"].default_args  # Lora and Hardware defaults: spec.py's
 
 
-def start_training(
-    method: str,
-    dataset: Any,
-    model: Any,
-    *,
-    lora: Lora,
-    args: TrainArgs,
-    hardware: Hardware,
-    name: str | None = None,
+def start(
+    spec: RunSpec,
     run_dir: str | os.PathLike[str] | None = None,
     runs_dir: str | os.PathLike[str] | None = None,
-    n_samples: int = 10,
-    revision: str | None = None,
-    trust_remote_code: bool = False,
-    method_args: dict[str, Any] | None = None,
-    prepare: Callable[[Path], None] | None = None,
     wait: bool = False,
 ) -> Run:
-    """Create a run of `method`, launch it, and return it (finished, if `wait`).
+    """Write the run `spec` describes, launch its trainer, and return it (finished, if `wait`).
 
-    `prepare(run_dir)` runs between writing the run and launching it (reinforce() copies its
-    custom reward files in); if it raises, the half-made run directory is removed.
+    The one way every run starts: train(), prefer(), reinforce(), the Train tab and the
+    command line all build a RunSpec and call this. `run_dir` is the run's folder (new or
+    empty), else a fresh id under `runs_dir` (default: the configured runs directory).
     """
+    if not isinstance(spec, RunSpec):
+        raise TypeError(f"spec must be a dragon.RunSpec(...), got {type(spec).__name__}.")
     queue.max_concurrent()  # a bad DRAGONFARM_MAX_CONCURRENT is reported here, not in a log
-    path = create.create_run(
-        method,
-        dataset,
-        model,
-        lora,
-        args,
-        hardware,
-        name,
-        run_dir,
-        runs_dir,
-        n_samples,
-        revision,
-        trust_remote_code,
-        method_args,
-    )
-    if prepare is not None:
-        try:
-            prepare(path)
-        except BaseException:
-            shutil.rmtree(path, ignore_errors=True)  # never leave half a run behind
-            raise
+    path = create.write_run(spec, run_dir, runs_dir)
     launch.start_run(path)
     run = Run(path)
     return run.wait() if wait else run
@@ -97,21 +66,10 @@ def train(
     adapters are folded into the base before a new one is trained). Returns the Run at once;
     with wait=True, blocks with a progress bar and raises RunFailedError if it fails.
     """
-    return start_training(
-        "sft",
-        dataset,
-        model,
-        lora=lora,
-        args=args,
-        hardware=hardware,
-        name=name,
-        run_dir=run_dir,
-        runs_dir=runs_dir,
-        n_samples=n_samples,
-        revision=revision,
-        trust_remote_code=trust_remote_code,
-        wait=wait,
-    )
+    spec = RunSpec("sft", dataset, model, lora=lora, args=args, hardware=hardware, name=name,
+                   n_samples=n_samples, revision=revision,
+                   trust_remote_code=trust_remote_code)  # fmt: skip
+    return start(spec, run_dir, runs_dir, wait)
 
 
 def resume(run: Run | str | os.PathLike[str], wait: bool = False) -> Run:
@@ -139,6 +97,9 @@ def resume(run: Run | str | os.PathLike[str], wait: bool = False) -> Run:
         # Its pid cannot be read, so a trainer may still be running it: a second one would
         # train the same folder at the same time.
         raise RuntimeError(f"Run {run.id} cannot be resumed as it is: {run.status()['error']}")
+    # The same configuration: a config.json the spec cannot read back (edited, or from another
+    # version) is refused here, before its progress is touched, not in the trainer's log.
+    RunSpec.from_dict(run.config, run_dir=run.dir)
     checkpoints = files.checkpoints(run.dir)
     if checkpoints:
         step = int(checkpoints[-1].name.removeprefix(files.CHECKPOINT_PREFIX))

@@ -15,9 +15,9 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core import reinforcement
-from dragonfarm_core.codegen import code
+from dragonfarm_core.codegen import code, rewards_code
 from dragonfarm_core.inference.protocol import Sampling
-from dragonfarm_core.reinforcement import ReinforceArgs, reinforce, rewards_code
+from dragonfarm_core.reinforcement import ReinforceArgs, reinforce
 from dragonfarm_core.reinforcement import test_rewards as dry_run
 from dragonfarm_core.rewards import Reward, reward
 from dragonfarm_core.rundir import files, location
@@ -102,8 +102,8 @@ def test_a_custom_reward_file_is_copied_into_the_run(runs_root, prompts_ds, mode
     [
         ({"rewards": []}, ValueError, "non-empty list of dragon.reward"),
         ({"rewards": [{"type": "exact"}]}, TypeError, r"rewards\[0\] is a dict"),
-        ({"group_size": 1}, SettingsError, "group_size = 1 is out of range"),
-        ({"temperature": 0}, SettingsError, "temperature = 0 is out of range"),
+        ({"group_size": 1}, SettingsError, "group_size = 1 is below the minimum 2"),
+        ({"temperature": 0}, SettingsError, "temperature = 0 is below the minimum 0.05"),
         ({"max_new_tokens": 2.5}, SettingsError, "max_new_tokens must be a whole number"),
         ({"args": TrainArgs(warmup_steps=3)}, SettingsError, "unknown key.*'warmup_steps'"),
         ({"args": TrainArgs(max_seq_len=128)}, SettingsError, r"max_seq_len \(128\) must leave"),

@@ -1,9 +1,10 @@
 """Pure drawing for the Monitor tab: the training curves (plotly) and the progress bar (HTML).
 
 Like `present.py`, nothing here calls the API or touches Gradio: progress rows in, figures out.
-Each method has its own curves, read from the columns its trainer writes to progress.jsonl:
-loss for every method; preference accuracy and reward margin for DPO and ORPO; the mean reward
-(total and per reward) and the KL divergence for GRPO.
+Each method has its own curves: the method table (`METHODS[method].curves`) lists the
+progress.jsonl columns its trainer writes, one tuple per panel; `CURVES` says how each column is
+drawn. Loss for every method; preference accuracy and reward margin for DPO and ORPO; the mean
+reward (total and per reward) and the KL divergence for GRPO.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from dragonfarm_core.methods import EACH_REWARD, METHODS
 from dragonfarm_core.rundir import files
 from ui.present import duration_text
 
@@ -46,30 +48,24 @@ class Panel:
     height: float = 1.0
 
 
-LOSS = Panel(
-    "loss",
-    (Curve("loss", "loss", {"color": LOSS_COLOUR}), Curve("eval_loss", "eval loss", EVAL_LINE, 7)),
-    2.6,
-)
-LR = Panel("lr", (Curve("lr", "learning rate", {"color": LR_COLOUR}, 0),))
-PREFERENCE = (
-    Panel(
-        "pref. accuracy",
-        (
-            Curve("pref_acc", "preference accuracy", {"color": REWARD_COLOURS[0]}),
-            Curve("eval_pref_acc", "eval preference accuracy", EVAL_LINE, 7),
-        ),
-        1.6,
-    ),
-    Panel(
-        "reward margin",
-        (
-            Curve("reward_margin", "reward margin", {"color": REWARD_COLOURS[1]}),
-            Curve("eval_reward_margin", "eval reward margin", EVAL_LINE, 7),
-        ),
-        1.6,
-    ),
-)
+# How each progress column is drawn: legend name, line, marker size (0: a plain line).
+CURVES = {
+    "loss": ("loss", {"color": LOSS_COLOUR}, 4),
+    "eval_loss": ("eval loss", EVAL_LINE, 7),
+    "lr": ("learning rate", {"color": LR_COLOUR}, 0),
+    "pref_acc": ("preference accuracy", {"color": REWARD_COLOURS[0]}, 4),
+    "eval_pref_acc": ("eval preference accuracy", EVAL_LINE, 7),
+    "reward_margin": ("reward margin", {"color": REWARD_COLOURS[1]}, 4),
+    "eval_reward_margin": ("eval reward margin", EVAL_LINE, 7),
+    "reward": ("reward (total)", {"color": REWARD_COLOURS[0]}, 6),
+    "kl": ("KL to the start model", {"color": KL_COLOUR}, 4),
+}
+# A panel's y-axis title and height, by its first column; the first panel, the method's
+# headline, is drawn taller.
+PANELS = {"loss": ("loss", 1.0), "pref_acc": ("pref. accuracy", 1.6),
+          "reward_margin": ("reward margin", 1.6), "reward": ("mean reward", 1.0),
+          "kl": ("KL", 1.0), "lr": ("lr", 1.0)}  # fmt: skip
+HEADLINE_HEIGHT = 2.6
 
 
 def reward_columns(progress: pd.DataFrame) -> list[str]:
@@ -77,27 +73,26 @@ def reward_columns(progress: pd.DataFrame) -> list[str]:
     return [str(c) for c in progress.columns if str(c).startswith("reward_")]
 
 
+def _curves(column: str, progress: pd.DataFrame) -> list[Curve]:
+    if column != EACH_REWARD:
+        return [Curve(column, *CURVES[column])]
+    return [
+        Curve(c, c.removeprefix("reward_") + " reward",
+              {"color": REWARD_COLOURS[1 + i % (len(REWARD_COLOURS) - 1)], "dash": "dash"})
+        for i, c in enumerate(reward_columns(progress))
+    ]  # fmt: skip
+
+
 def method_panels(method: str | None, progress: pd.DataFrame) -> list[Panel]:
-    """The subplots for a run of `method`; the first curve of the first panel is its headline."""
-    if method in ("dpo", "orpo"):
-        return [LOSS, *PREFERENCE, LR]
-    if method == "grpo":
-        per_reward = tuple(
-            Curve(
-                c,
-                c.removeprefix("reward_") + " reward",
-                {"color": REWARD_COLOURS[1 + i % (len(REWARD_COLOURS) - 1)], "dash": "dash"},
-            )
-            for i, c in enumerate(reward_columns(progress))
-        )
-        total = Curve("reward", "reward (total)", {"color": REWARD_COLOURS[0]}, 6)
-        return [
-            Panel("mean reward", (total, *per_reward), 2.6),
-            Panel("KL", (Curve("kl", "KL to the start model", {"color": KL_COLOUR}),)),
-            Panel("loss", (Curve("loss", "loss", {"color": LOSS_COLOUR}),)),
-            LR,
-        ]
-    return [LOSS, LR]
+    """The subplots for a run of `method` (its curves in the method table); the first curve of
+    the first panel is its headline. A method this app does not know is drawn as SFT."""
+    row = METHODS.get(method or "sft", METHODS["sft"])
+    panels = []
+    for i, columns in enumerate(row.curves):
+        title, height = PANELS[columns[0]]
+        curves = tuple(curve for column in columns for curve in _curves(column, progress))
+        panels.append(Panel(title, curves, HEADLINE_HEIGHT if i == 0 else height))
+    return panels
 
 
 def _series(progress: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -165,12 +160,12 @@ def progress_html(state: str | None, step: int, total: int | None, eta_s: float 
     Whatever a status holds (it comes from a file), the bar is drawn: a value of the wrong
     type counts as missing."""
     state = state if isinstance(state, str) else None
-    step, total, eta_s = int(_amount(step) or 0), _amount(total), _amount(eta_s)
-    total = int(total) if total else None
-    fraction = min(1.0, step / total) if total else 0.0
+    amount = _amount(total)
+    step, eta_s, whole = int(_amount(step) or 0), _amount(eta_s), int(amount) if amount else None
+    fraction = min(1.0, step / whole) if whole else 0.0
     if state == "succeeded":
         fraction = 1.0
-    label = f"step {step} / {total}" if total else f"step {step}"
+    label = f"step {step} / {whole}" if whole else f"step {step}"
     label += f" ({fraction:.0%})"
     if state == "running" and eta_s is not None:
         label += f" · about {duration_text(eta_s)} left"

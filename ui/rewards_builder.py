@@ -1,7 +1,7 @@
 """The GRPO rewards builder in the Train tab: pick a reward type, fill in its fields, add it.
 
 The type-specific widgets are generated from `Reward`'s fields and their metadata (label, help,
-choices), and `OPTIONS` says which fields each type reads, so the builder and `dragon.reward`
+choices) by `ui.settings_form`, and `OPTIONS` says which fields each type reads, so the builder and `dragon.reward`
 never disagree. The added rewards live in a `gr.State` as `Reward` objects, built with
 `dragon.reward(...)` exactly as a person would in Python. `build_rewards()` creates the widgets
 and wires Add and Remove; the Train tab wires the dry run, which needs its mapping and GRPO
@@ -21,6 +21,7 @@ import dragonfarm_core as dragon
 from dragonfarm_core.rewards import TYPES, Reward, RewardError, reward_names
 from dragonfarm_core.rewards.checks import OPTIONS
 from ui import present
+from ui.settings_form import field_widget
 
 REWARD_TYPES = {
     "exact": "exact: equals the reference answer",
@@ -48,22 +49,20 @@ class RewardsBuilder:
     dry_outputs: list[gr.Component]  # score table, summary, code, message: the dry run's order
 
 
+# What the builder adds to a field's help.
+MORE_HELP = {
+    "keys": " Separate them with commas.",
+    "words": " Separate them with commas.",
+    "command": " Type it as in a terminal; it never runs through a shell.",
+}
+
+
 def _reward_widget(field: dataclasses.Field, hint: Any, visible: bool) -> gr.Component:
-    meta, default = field.metadata, field.default
-    kwargs = {"label": meta["label"], "info": meta["help"], "visible": visible,
-              "elem_id": f"train-reward-{field.name}"}  # fmt: skip
-    if meta.get("choices"):
-        return gr.Radio(list(meta["choices"]), value=default, **kwargs)
-    if hint is bool:
-        return gr.Checkbox(value=default, **kwargs)
-    numbers = [t for t in typing.get_args(hint) or (hint,) if t in (int, float)]
-    if numbers:
-        return gr.Number(value=default, precision=0 if numbers[0] is int else None, **kwargs)
-    if field.name in ("keys", "words"):
-        kwargs["info"] += " Separate them with commas."
-    if field.name == "command":
-        kwargs["info"] += " Type it as in a terminal; it never runs through a shell."
-    return gr.Textbox(value=default or "", **kwargs)
+    return field_widget(
+        field, hint, field.default, choice=gr.Radio, visible=visible,
+        info=field.metadata["help"] + MORE_HELP.get(field.name, ""),
+        elem_id=f"train-reward-{field.name}",
+    )  # fmt: skip
 
 
 def reward_widgets(shown_type: str = "regex") -> list[gr.Component]:

@@ -1,101 +1,41 @@
-"""Write a new run directory: validate everything, then config.json, the data, status queued.
+"""Write a new run directory for a `RunSpec`: the data, status queued, then config.json.
 
+    run_dir = write_run(RunSpec("sft", ds, "dragonfarm/tiny-support", lora=Lora(r=8)))
     run_dir = create_run("sft", ds, "dragonfarm/tiny-support", Lora(r=8), TrainArgs(epochs=1))
 
-Nothing is written until every argument has been checked (settings types, a dataset mapped for
-the method with at least one training row, a resolvable model, a free run directory), so a
-refusal never leaves half a run behind. config.json is written last of the run's files: a folder
-with config.json is a complete run, which is what `files.is_run_dir` tests. Used by train(),
-prefer(), reinforce() and bundle() alike; launching is `launch.start_run`'s job.
+Nothing is written until everything has been checked (the spec validated itself; here: at least
+one training row, a resolvable model, a free run directory), so a refusal never leaves half a
+run behind. config.json is `spec.to_dict()` completed with what only writing knows, and it is
+written last of the run's files: a folder with config.json is a complete run, which is what
+`files.is_run_dir` tests. `training.start(spec)` writes and launches (`launch.start_run`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+from dragonfarm_core import methods
 from dragonfarm_core.rundir import files, location
-from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs, to_dict
-from dragonfarm_core.trainers.config import extra_args
+from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
+from dragonfarm_core.spec import RunSpec, check_plain, is_run_folder, slugify
 
 SCHEMA = 1
-# Which dataset mappings each method trains on.
-METHOD_KINDS = {
-    "sft": ("sft", "conversations"),
-    "dpo": ("pairs",),
-    "orpo": ("pairs",),
-    "grpo": ("prompts",),
-}
-MAPPING_HINT = {
-    "sft": ".map(prompt=..., response=...) or dragon.conversations()",
-    "dpo": ".map_pairs(prompt=..., chosen=..., rejected=...)",
-    "orpo": ".map_pairs(prompt=..., chosen=..., rejected=...)",
-    "grpo": ".map_prompts(prompt=..., reference=...)",
-}
-DATA_KINDS = {
-    "sft": "messages",
-    "conversations": "messages",
-    "pairs": "pairs",
-    "prompts": "prompts",
-}
-# Keys that hold credentials; config.json must name an environment variable instead.
-SECRET_KEY = re.compile(r"(api_?key|secret|password|(hf|hub|access|auth)_?token)$", re.IGNORECASE)
 
 
-def _check_settings(lora: Any, args: Any, hardware: Any) -> None:
-    for value, cls, arg in (
-        (lora, Lora, "lora"),
-        (args, TrainArgs, "args"),
-        (hardware, Hardware, "hardware"),
-    ):
-        if not isinstance(value, cls):
-            raise SettingsError(
-                f"{arg} must be dragon.{cls.__name__}(...), got "
-                f"{type(value).__name__}: {value!r:.80}."
-            )
-
-
-def _check_no_secrets(values: dict[str, Any], where: str) -> None:
-    for key, value in values.items():
-        if SECRET_KEY.search(str(key)) and value not in (None, "") and not key.endswith("_env"):
-            raise SettingsError(
-                f"{where}[{key!r}] looks like a credential, and config.json never holds one. "
-                f"Put the secret in an environment variable and pass its name ({key}_env=...)."
-            )
-        if isinstance(value, dict):
-            _check_no_secrets(value, f"{where}[{key!r}]")
-
-
-def _check_json(value: Any, where: str) -> None:
-    try:
-        json.dumps(value, allow_nan=True)
-    except (TypeError, ValueError) as e:
-        raise SettingsError(
-            f"{where} must hold plain JSON values (str, numbers, lists, dicts): {e}."
-        ) from e
-
-
-def _dataset_rows(method: str, dataset: Any) -> tuple[list[dict], list[dict]]:
-    """(train, eval) records, after checking the dataset fits the method."""
-    if method not in METHOD_KINDS:
-        raise ValueError(f"method={method!r} is not one of {', '.join(METHOD_KINDS)}.")
-    mapping = getattr(dataset, "mapping", None)
-    if not callable(getattr(dataset, "split_records", None)):
+def _dataset_rows(spec: RunSpec) -> tuple[list[dict], list[dict]]:
+    """(train, eval) records of the spec's dataset (its mapping was checked by the spec)."""
+    if isinstance(spec.dataset, dict):
         raise TypeError(
-            f"dataset must be a dragon.dataset(...) mapped for training, got "
-            f"{type(dataset).__name__}."
+            "RunSpec.dataset is a stored dataset description; a new run needs the dataset "
+            f"itself: rebuild it (dragon.code(run) shows how) as dragon.dataset(...) mapped "
+            f"with {spec.row.mapping_hint}."
         )
-    if mapping is None or mapping.kind not in METHOD_KINDS[method]:
-        got = "not mapped" if mapping is None else f"mapped as {mapping.kind!r}"
-        raise ValueError(
-            f"{method} trains on a dataset mapped with {MAPPING_HINT[method]}, but "
-            f"dataset {getattr(dataset, 'name', '?')!r} is {got}."
-        )
+    dataset = spec.dataset
     train, held_out = dataset.split_records()
     if not train:
         raise ValueError(
@@ -105,24 +45,11 @@ def _dataset_rows(method: str, dataset: Any) -> tuple[list[dict], list[dict]]:
     return train, held_out
 
 
-def _is_run_folder(model: Any) -> bool:
-    """A run directory given by path. A model folder has a config.json too, but not a run's."""
-    if not isinstance(model, str | os.PathLike) or not files.is_run_dir(model):
-        return False
-    try:
-        config = files.read_config(model)
-    except ValueError:  # not JSON: not ours
-        return False
-    return isinstance(config, dict) and {"schema", "method", "dataset"} <= config.keys()
-
-
 def _model_config(model: Any, revision: str | None, trust_remote_code: bool) -> dict[str, Any]:
     """config.json's model block (with continued_from) for a model name, a folder or a run."""
     from dragonfarm_core.rundir.run import Run  # run.py imports the launcher; only needed here
 
-    if not isinstance(trust_remote_code, bool):
-        raise SettingsError("trust_remote_code must be True or False.")
-    if isinstance(model, Run) or _is_run_folder(model):
+    if isinstance(model, Run) or is_run_folder(model):
         if revision is not None:
             raise ValueError(
                 "revision= applies to a model id; a run's base model is fixed. "
@@ -176,13 +103,6 @@ def _parent_model(parent: Any, trust_remote_code: bool) -> dict[str, Any]:
     }
 
 
-def slugify(text: str) -> str:
-    """'Qwen/Qwen2.5-0.5B-Instruct' -> 'qwen2-5-0-5b-instruct' (the last path part)."""
-    last = str(text).rstrip("/\\").replace("\\", "/").split("/")[-1]
-    slug = re.sub(r"[^a-z0-9]+", "-", last.lower()).strip("-")
-    return slug[:48].strip("-") or "run"
-
-
 def _check_run_dir(run_dir: Any) -> Path | None:
     if run_dir is None:
         return None
@@ -229,24 +149,6 @@ def _save_source(run_dir: Path, dataset: Any, spec: dict[str, Any]) -> dict[str,
     return {**spec, "source": str(path), "format": "jsonl"}
 
 
-def _check_arguments(
-    lora: Any, args: Any, hardware: Any, name: Any, n_samples: Any, method_args: Any
-) -> None:
-    _check_settings(lora, args, hardware)
-    if name is not None and (not isinstance(name, str) or not name.strip()):
-        raise ValueError(f"name must be a non-empty string or None, got {name!r}.")
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 0:
-        raise ValueError(f"n_samples must be a whole number >= 0, got {n_samples!r}.")
-    if not isinstance(method_args, dict):
-        raise ValueError("method_args must be a dict.")
-    for values, where in ((method_args, "method_args"), (args.extra, "TrainArgs.extra")):
-        _check_json(values, where)
-        _check_no_secrets(values, where)
-    # TrainArgs passes keywords it does not know to the trainer in `extra`: refuse one the
-    # trainer does not understand now, with the accepted list, not later in its log.
-    extra_args(args.extra)
-
-
 def create_run(
     method: str,
     dataset: Any,
@@ -262,30 +164,57 @@ def create_run(
     trust_remote_code: bool = False,
     method_args: dict[str, Any] | None = None,
 ) -> Path:
-    """Validate, then write a complete run directory in state queued; returns its path."""
-    lora = Lora() if lora is None else lora
-    args = TrainArgs() if args is None else args
-    hardware = Hardware() if hardware is None else hardware
-    method_args = {} if method_args is None else method_args
-    _check_arguments(lora, args, hardware, name, n_samples, method_args)
+    """`write_run` for settings given one by one, `method_args` as config.json holds them
+    (a method's group defaults when None); `args=None` is TrainArgs()."""
+    row = methods.method(method)
+    values = {} if method_args is None else method_args
+    if not isinstance(values, dict):
+        raise ValueError("method_args must be a dict.")
+    check_plain(values, "method_args")
+    group = None if row.settings is None or method_args is None else row.settings.from_dict(values)
+    if row.settings is None and values:
+        raise SettingsError(f"method_args: {method} takes none, got {sorted(values)}.")
+    spec = RunSpec(
+        method, dataset, model,
+        lora=Lora() if lora is None else lora, args=TrainArgs() if args is None else args,
+        hardware=Hardware() if hardware is None else hardware, method_args=group, name=name,
+        n_samples=n_samples, revision=revision, trust_remote_code=trust_remote_code,
+    )  # fmt: skip
+    return write_run(spec, run_dir, runs_dir)
+
+
+def write_run(
+    spec: RunSpec,
+    run_dir: str | os.PathLike[str] | None = None,
+    runs_dir: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Write a complete run directory for `spec` in state queued; returns its path.
+
+    config.json is `spec.to_dict()` completed with what only writing knows: the schema, the
+    run's id and creation time, the resolved model block (base, adapters) and continued_from,
+    the dataset's saved copy when it had no file, the row counts; a GRPO run's custom reward
+    files are copied in first, and stored relative to the run.
+    """
     if _check_run_dir(run_dir) is None:
         location.check_folder(location.runs_dir(runs_dir))
-    train, held_out = _dataset_rows(method, dataset)
-    model_block = _model_config(model, revision, trust_remote_code)
-    label = name or model_block["model"]["name"]
+    train, held_out = _dataset_rows(spec)
+    model_block = _model_config(spec.model, spec.revision, spec.trust_remote_code)
+    label = spec.name or model_block["model"]["name"]
     path = _new_dir(run_dir, runs_dir, label)
     try:
-        spec = _save_source(path, dataset, dataset.spec())
+        group = None if spec.method_args is None else spec.method_args.copy_into(path)
+        dataset = _save_source(path, spec.dataset, spec.dataset_dict())
         files.write_jsonl(path / files.TRAIN_DATA, train)
         files.write_jsonl(path / files.EVAL_DATA, held_out)
         files.write_status(path, {"state": "queued", "queued_at": files.now_iso()})
-        data = {"kind": DATA_KINDS[dataset.mapping.kind], "n_train": len(train),
-                "n_eval": len(held_out)}  # fmt: skip
+        stored = spec.to_dict()
         files.write_config(path, {
-            "schema": SCHEMA, "id": path.name, "name": name or slugify(label),
-            "method": method, "created_at": files.now_iso(), **model_block,
-            "dataset": spec, "data": data, "lora": to_dict(lora), "args": to_dict(args),
-            "hardware": to_dict(hardware), "n_samples": n_samples, "method_args": method_args,
+            "schema": SCHEMA, "id": path.name, "name": spec.name or slugify(label),
+            "method": spec.method, "created_at": files.now_iso(), **model_block,
+            "dataset": dataset, "data": {"kind": spec.row.data_kind, "n_train": len(train),
+                                         "n_eval": len(held_out)},
+            **{key: stored[key] for key in ("lora", "args", "hardware", "n_samples")},
+            "method_args": {} if group is None else group.to_dict(path),
         })  # fmt: skip
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)  # never leave half a run behind

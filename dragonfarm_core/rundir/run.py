@@ -15,9 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from dragonfarm_core.methods import PROGRESS_COLUMNS
 from dragonfarm_core.rundir import files, launch, location, refs
-
-PROGRESS_COLUMNS = ["step", "epoch", "loss", "eval_loss", "lr", "grad_norm", "elapsed_s", "eta_s"]
 
 
 class RunFailedError(RuntimeError):
@@ -86,7 +85,7 @@ class Run:
                 else pd.Series(dtype="float64")
             )
         extra = [c for c in frame.columns if c not in PROGRESS_COLUMNS]
-        return frame[PROGRESS_COLUMNS + extra]
+        return frame[[*PROGRESS_COLUMNS, *extra]]
 
     def logs(self, n: int = 50) -> list[str]:
         """The last `n` lines of the trainer's log."""

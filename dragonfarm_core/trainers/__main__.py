@@ -5,7 +5,7 @@
 `dragonfarm_core.rundir.launch.start_run` spawns this, with the allow-listed `launch.child_env()`
 (no token: the app downloaded the model, and the config names its folder). It first waits its
 turn in the machine's device queue (pure Python, nothing heavy imported while it waits), then
-imports the trainer for the run's method, `dragonfarm_core.trainers.<method>`, and calls its
+imports the trainer for the run's method (its `trainer` in `methods.METHODS`) and calls its
 `main(run_dir)`; as it ends it leaves the queue. Tests replace that module with
 `DRAGONFARM_TRAINER_MODULE`. Whatever escapes the trainer, the run ends marked failed with the
 log's tail: no run stays "running" after its process has ended.
@@ -20,13 +20,15 @@ import sys
 import traceback
 from pathlib import Path
 
+from dragonfarm_core.methods import method
 from dragonfarm_core.rundir import files, queue
 
 TRAINER_MODULE_ENV = "DRAGONFARM_TRAINER_MODULE"
 
 
 def trainer_module(config: dict) -> str:
-    return os.environ.get(TRAINER_MODULE_ENV) or f"dragonfarm_core.trainers.{config['method']}"
+    """The module that trains a run of the config's method: its row of the method table."""
+    return os.environ.get(TRAINER_MODULE_ENV) or method(config.get("method", "sft")).trainer
 
 
 def _fail(run_dir: Path, exc: BaseException) -> None:

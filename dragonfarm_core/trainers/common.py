@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
+from dragonfarm_core.methods import PROGRESS_COLUMNS
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Hardware, SettingsError
 
 HEARTBEAT_S = 2.0
 LOG_TAIL_LINES = 50
-PROGRESS_COLUMNS = ("step", "epoch", "loss", "eval_loss", "lr", "grad_norm", "elapsed_s", "eta_s")
 
 
 class DataError(RuntimeError):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dragonfarm_core.rundir import files
-from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs, from_dict
+from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 
 SCHEDULERS = ("linear", "cosine", "constant")
 
@@ -104,7 +104,8 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything a trainer needs from config.json, validated."""
+    """Everything a trainer needs from config.json, validated: the run's `RunSpec` (read back
+    as `code(run)` and `resume` read it), and what writing the run resolved (the model block)."""
 
     id: str
     method: str
@@ -116,37 +117,41 @@ class TrainConfig:
     n_samples: int
     method_args: dict[str, Any]
     raw: dict[str, Any]
+    spec: Any  # dragonfarm_core.spec.RunSpec (which imports this module)
 
 
 def load_config(run_dir: str | os.PathLike[str]) -> TrainConfig:
     """Read and validate config.json; errors name the field and raise SettingsError."""
+    from dragonfarm_core.spec import RunSpec
+
     raw = files.read_config(run_dir)
+    spec = RunSpec.from_dict(raw, run_dir=run_dir)  # every setting checked, field named
+    model = raw["model"]
     try:
-        model = raw["model"]
-        spec = ModelSpec(
+        block = ModelSpec(
             name=model.get("name") or model["base"],
             base=model["base"],
             revision=model.get("revision"),
             trust_remote_code=bool(model.get("trust_remote_code", False)),
             adapters=tuple(model.get("adapters") or ()),
         )
-        args = from_dict(TrainArgs, raw.get("args") or {})
-        return TrainConfig(
-            id=raw.get("id", os.path.basename(os.path.abspath(run_dir))),
-            method=raw.get("method", "sft"),
-            model=spec,
-            lora=from_dict(Lora, raw.get("lora") or {}),
-            args=args,
-            hardware=from_dict(Hardware, raw.get("hardware") or {}),
-            extra=extra_args(args.extra),
-            n_samples=int(raw.get("n_samples", 10)),
-            method_args=dict(raw.get("method_args") or {}),
-            raw=raw,
-        )
     except KeyError as exc:
         raise SettingsError(
-            f"{run_dir}/config.json has no {exc.args[0]!r} field; "
+            f"{run_dir}/config.json has no model {exc.args[0]!r} field; "
             "recreate the run with dragon.train()."
         ) from exc
-    except TypeError as exc:  # an unexpected keyword in lora/args/hardware
-        raise SettingsError(f"{run_dir}/config.json: {exc}") from exc
+    args = spec.args
+    assert isinstance(args, TrainArgs)  # RunSpec filled in the method's defaults
+    return TrainConfig(
+        id=raw.get("id", os.path.basename(os.path.abspath(run_dir))),
+        method=spec.method,
+        model=block,
+        lora=spec.lora,
+        args=args,
+        hardware=spec.hardware,
+        extra=extra_args(args.extra),
+        n_samples=spec.n_samples,
+        method_args=dict(raw.get("method_args") or {}),
+        raw=raw,
+        spec=spec,
+    )

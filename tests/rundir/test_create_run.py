@@ -11,6 +11,7 @@ import pytest
 from dragonfarm_core.data.conversations import conversations
 from dragonfarm_core.data.dataset import dataset
 from dragonfarm_core.models import ModelError
+from dragonfarm_core.rewards import reward
 from dragonfarm_core.rundir import create, files
 from dragonfarm_core.rundir.create import create_run
 from dragonfarm_core.rundir.run import Run
@@ -117,14 +118,20 @@ def _prompts():
     )
 
 
+REGEX = reward("regex", pattern="[0-9]").to_dict()
+GRPO_ARGS = {"rewards": [REGEX], "group_size": 4, "beta": 0.1, "temperature": 1.0,
+             "max_new_tokens": 128}  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    ("method", "make", "kind"),
-    [("dpo", _pairs, "pairs"), ("orpo", _pairs, "pairs"), ("grpo", _prompts, "prompts")],
-)
-def test_each_method_takes_its_mapping(runs_root, model_dir, method, make, kind):
-    path = create_run(method, make(), str(model_dir), runs_dir=runs_root, method_args={"beta": 0.1})
+    ("method", "make", "kind", "method_args"),
+    [("dpo", _pairs, "pairs", {"beta": 0.1}), ("orpo", _pairs, "pairs", {"beta": 0.1}),
+     ("grpo", _prompts, "prompts", GRPO_ARGS)],
+)  # fmt: skip
+def test_each_method_takes_its_mapping(runs_root, model_dir, method, make, kind, method_args):
+    path = create_run(method, make(), str(model_dir), runs_dir=runs_root, method_args=method_args)
     config = files.read_config(path)
-    assert config["data"]["kind"] == kind and config["method_args"] == {"beta": 0.1}
+    assert config["data"]["kind"] == kind and config["method_args"] == method_args
 
 
 def _refusals(tmp_path, sft_data, model_dir):

@@ -19,13 +19,13 @@ def run(runs_root, sft_data, model_dir) -> Run:
 
 def test_progress_has_the_standard_columns_then_extras(run):
     empty = run.progress()
-    assert list(empty.columns) == PROGRESS_COLUMNS and len(empty) == 0
+    assert list(empty.columns) == list(PROGRESS_COLUMNS) and len(empty) == 0
     files.append_progress(run.dir, {"step": 1, "loss": 2.5, "lr": 1e-4, "pref_acc": 0.5})
     files.append_progress(run.dir, {"step": 2, "eval_loss": float("nan"), "kl": 0.1})
     with open(run.dir / files.PROGRESS, "a") as f:
         f.write('{"step": 3, "lo')  # a writer killed mid-line
     table = run.progress()
-    assert list(table.columns) == PROGRESS_COLUMNS + ["pref_acc", "kl"]
+    assert list(table.columns) == [*PROGRESS_COLUMNS, "pref_acc", "kl"]
     assert list(table["step"]) == [1, 2]
     assert table["loss"].iloc[0] == 2.5 and math.isnan(table["loss"].iloc[1])
     assert math.isnan(table["eval_loss"].iloc[1]) and table["kl"].iloc[1] == 0.1

@@ -20,8 +20,9 @@ import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
+from dragonfarm_core.method_args import ReinforceArgs
+from dragonfarm_core.methods import METHODS
 from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.reinforcement import ReinforceArgs
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from ui import present, rewards_builder
 from ui.tabs import train
@@ -245,9 +246,9 @@ def test_the_parent_picker_reads_only_when_runs_changed(mapped, model, runs_dir:
 
 
 def test_every_method_is_offered_and_an_unknown_one_refused():
-    assert [value for _, value in train.METHODS] == ["sft", "dpo", "orpo", "grpo"]
+    assert [value for _, value in train.METHOD_CHOICES] == ["sft", "dpo", "orpo", "grpo"]
     with pytest.raises(ValueError, match="not available"):
-        train.launch("ppo", None, None, (Lora(), TrainArgs(), Hardware()), None, Path("."))
+        train.read_spec(None, None, "ppo", "", "", 0.1, [], [], Path("."))
 
 
 def test_a_mapping_that_does_not_fit_the_method_says_how_to_fix_it(mapped, pairs, prompts):
@@ -295,7 +296,7 @@ def test_switching_method_shows_its_settings_and_its_defaults():
     got = dict(zip(names, train.switch_method("sft", "grpo", *typed)[2:-1], strict=True))
     assert got["learning_rate"] == SKIP and got["epochs"] == 1 and got["save_steps"] == 20
     out = train.switch_method(
-        "grpo", "sft", *[getattr(train.METHOD_ARGS["grpo"], n) for n in names]
+        "grpo", "sft", *[getattr(METHODS["grpo"].default_args, n) for n in names]
     )
     assert out[0]["visible"] is False and out[1]["visible"] is False
     assert dict(zip(names, out[2:-1], strict=True))["learning_rate"] == TrainArgs().learning_rate
@@ -433,11 +434,37 @@ def test_grpo_needs_a_reward_then_starts_reinforce(prompts, model, runs_dir: Pat
     again.wait(timeout=30)
 
 
+@pytest.mark.parametrize("method", ["sft", "dpo", "orpo", "grpo"])
+def test_the_tabs_spec_is_the_one_the_api_function_writes(
+    method, mapped, pairs, prompts, model, runs_dir: Path
+):
+    """The widgets describe the same RunSpec as dragon.train/prefer/reinforce with the same
+    settings: both read back from config.json alike."""
+    data = {"sft": mapped, "dpo": pairs, "orpo": pairs, "grpo": prompts}[method]
+    values = with_values(max_steps=3, batch_size=2, r=8, device="cpu", max_seq_len=256,
+                         group_size=2, max_new_tokens=16)  # fmt: skip
+    rewards = TWO_REWARDS if method == "grpo" else []
+    spec = train.read_spec(data, model, method, "", " faq ", 0.2, rewards, values, runs_dir)
+    lora, args, hardware = train.read_settings(values[: train.N_SETTINGS])
+    common = {"lora": lora, "args": args, "hardware": hardware, "name": "faq",
+              "runs_dir": runs_dir}  # fmt: skip
+    if method == "sft":
+        run = dragon.train(data, model.name, **common)
+    elif method == "grpo":
+        run = dragon.reinforce(data, model.name, TWO_REWARDS, group_size=2, max_new_tokens=16,
+                               **common)  # fmt: skip
+    else:
+        run = dragon.prefer(data, model.name, method=method, beta=0.2, **common)
+    assert spec == dragon.RunSpec.from_dict(run.config, run_dir=run.dir)
+    assert spec.to_dict()["method_args"] == run.config["method_args"]
+    run.wait(timeout=30)
+
+
 def test_grpo_settings_are_checked_naming_the_field(prompts, model, runs_dir: Path):
     code, error = train.preview_code(prompts, model, "grpo", "", "", 0.1, TWO_REWARDS,
                                      *with_values(group_size=None), runs_dir=runs_dir)  # fmt: skip
     assert code == SKIP and "ReinforceArgs.group_size (Group size) is empty" in error
-    with pytest.warns(UserWarning, match="group_size = 1 is out of range"):
+    with pytest.warns(UserWarning, match="group_size = 1 is below the minimum 2"):
         out = train.start(prompts, model, "grpo", "", "", 0.1, TWO_REWARDS,
                           *with_values(group_size=1), runs_dir=runs_dir)  # fmt: skip
     assert out[0] == SKIP

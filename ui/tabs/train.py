@@ -1,25 +1,24 @@
 """The Train tab: method (SFT, DPO, ORPO, GRPO), its settings, LoRA, training and hardware
 settings, a run name, and Start.
 
-The settings widgets are generated from the dataclasses in `dragonfarm_core.settings` (and
-GRPO's `ReinforceArgs`): each field's metadata gives the label, help, limits and choices, so the
-app and the Python API never disagree. `settings_widgets` builds them and `read_settings` turns
-their values back into the dataclasses. Start calls `dragon.train`, `dragon.prefer` or
-`dragon.reinforce` once, which returns as soon as the trainer process is spawned; the new run
-becomes the selected run, which the Monitor tab follows. GRPO's rewards come from the rewards
-builder (`ui.rewards_builder`), and the dry run scores a few sampled completions with them
-(`dragon.test_rewards`) before any training. The code panel's Python is `ui.train_code`'s.
-The "continue from" picker takes any text; Start, the dry run and the code panel resolve it in
-the app's runs dir (`refs.resolve_run`), so a run outside it is refused and never shown as code.
+Its widgets describe a `dragon.RunSpec`: the settings widgets are generated from the
+dataclasses (`Lora`, `TrainArgs`, `Hardware` and the method's own group, `PreferenceArgs` or
+GRPO's `ReinforceArgs`) by `ui.settings_form`, and each method's facts (its label, the mappings
+it trains on, its defaults, its settings group) come from the method table `METHODS`, so the
+app and the Python API never disagree. `read_spec` turns the widgets into the spec; Start passes
+it to `dragon.start`, which returns as soon as the trainer process is spawned (the new run
+becomes the selected run, which the Monitor tab follows), and the code panel shows
+`spec_code(spec)`, the generator `dragon.code(run)` uses, so the code shown before Start is the
+code of the run it starts. GRPO's rewards come from the rewards builder (`ui.rewards_builder`),
+and the dry run scores a few sampled completions with them (`dragon.test_rewards`) before any
+training. The "continue from" picker takes any text; Start, the dry run and the code panel
+resolve it in the app's runs dir (`refs.resolve_run`), so a run outside it is refused and never
+shown as code.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import html
-import inspect
-import math
-import typing
 import warnings
 from collections.abc import Sequence
 from functools import partial
@@ -29,48 +28,31 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core import preference, reinforcement
-from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.reinforcement import ReinforceArgs
+from dragonfarm_core import ResolvedModel
+from dragonfarm_core.codegen import dry_run_code, spec_code
+from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs, ReinforceArgs
+from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rewards import Reward, reward_names
 from dragonfarm_core.rundir import refs
-from dragonfarm_core.rundir.create import METHOD_KINDS
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from ui import present, watch
 from ui.context import AppContext
 from ui.rewards_builder import build_rewards
-from ui.train_code import dry_run_code, train_code
+from ui.settings_form import read_group, read_groups, settings_widgets, shown_fields
+from ui.tabs.mapping import KINDS
 
 TITLE = "Train"
-METHODS = [
-    ("SFT: learn the mapped replies (supervised fine-tuning)", "sft"),
-    ("DPO: prefer the chosen reply to the rejected one", "dpo"),
-    ("ORPO: learn the chosen reply, move away from the rejected one (no reference)", "orpo"),
-    ("GRPO: practise on prompts, learn from verifiable rewards", "grpo"),
-]
-FUNCTIONS = {"sft": "train", "dpo": "prefer", "orpo": "prefer", "grpo": "reinforce"}
-# The training defaults of each method's function (the manual's), shown when it is picked.
-METHOD_ARGS = {
-    "sft": TrainArgs(),
-    "dpo": preference.DEFAULT_ARGS,
-    "orpo": preference.DEFAULT_ARGS,
-    "grpo": reinforcement.DEFAULT_ARGS,
-}
-# What the Mapping tab calls each kind, and which of its choices fits each method.
+METHOD_CHOICES = [(row.label, name) for name, row in METHODS.items()]
+# How a sentence names each mapping kind, and the Mapping tab's choice for it.
 KIND_NAMES = {
     "sft": "prompt → response rows",
     "conversations": "conversations",
     "pairs": "preference pairs",
     "prompts": "prompts for RL",
 }
-MAPPING_CHOICES = {
-    "sft": "“Prompt → response (SFT)” or “Conversations”",
-    "dpo": "“Preference pairs (DPO / ORPO)”",
-    "orpo": "“Preference pairs (DPO / ORPO)”",
-    "grpo": "“Prompts for RL (GRPO)”",
-}
+MAPPING_LABELS = {kind: label for label, kind in KINDS}
 SETTINGS = (Lora, TrainArgs, Hardware)
-NOT_SHOWN = frozenset({"extra"})  # free-form trainer keywords: Python only
+N_SETTINGS = sum(len(shown_fields(cls)) for cls in SETTINGS)
 NO_PARENT = "(none: start from the model chosen in the Model tab)"
 CODE_HINT = "# Map a dataset in the Mapping tab; the Python that trains on it appears here."
 NO_REWARDS_HINT = "# Add a reward in the rewards builder; the Python that starts GRPO appears here."
@@ -79,137 +61,41 @@ DRY_RUN_PROMPTS = 3
 START_ERRORS = (ValueError, TypeError, OSError, RuntimeError)
 
 
-def prefer_beta_default() -> float:
-    return inspect.signature(dragon.prefer).parameters["beta"].default
-
-
-def shown_fields(cls: type) -> list[dataclasses.Field]:
-    return [f for f in dataclasses.fields(cls) if f.name not in NOT_SHOWN]
-
-
-def _number_step(hint: Any, meta: dict[str, Any], default: Any) -> float:
-    if meta.get("step") is not None:
-        return meta["step"]
-    if hint is int or not default:
-        return 1
-    # Arrow clicks move a small default (a learning rate) by its own order of magnitude.
-    return 1 if default >= 1 else 10 ** math.floor(math.log10(default))
-
-
-def _limit(value: float) -> str:
-    """1e-08, 0.5, 512, 4,294,967,295."""
-    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
-
-
-def _widget(cls: type, field: dataclasses.Field, hint: Any, default: Any) -> gr.Component:
-    meta = field.metadata
-    kwargs = {"label": meta["label"], "info": meta["help"]}
-    kwargs["elem_id"] = f"train-{cls.__name__.lower()}-{field.name}"
-    if meta.get("choices"):
-        return gr.Dropdown(list(meta["choices"]), value=default, **kwargs)
-    if hint is bool:
-        return gr.Checkbox(value=default, **kwargs)
-    numbers = [t for t in typing.get_args(hint) or (hint,) if t in (int, float)]
-    if numbers:
-        lo, hi = meta.get("min"), meta.get("max")
-        if lo is not None and hi is not None:
-            kwargs["info"] += f" ({_limit(lo)} to {_limit(hi)})"
-        # The limits go in the help text, not in minimum/maximum: Gradio would refuse every
-        # half-typed value ("0" on the way to "0.001") with an anonymous toast, where the
-        # dataclass names the field in the Train tab's error box.
-        return gr.Number(
-            value=default,
-            step=_number_step(numbers[0], meta, default),
-            precision=0 if numbers[0] is int else None,
-            **kwargs,
-        )
-    text = ", ".join(default) if isinstance(default, tuple) else default
-    return gr.Textbox(value=text, **kwargs)
-
-
-def settings_widgets(cls: type) -> list[gr.Component]:
-    """One widget per shown field of a settings dataclass, in field order, three to a row."""
-    defaults, hints = cls(), typing.get_type_hints(cls)
-    fields, widgets = shown_fields(cls), []
-    for start in range(0, len(fields), 3):
-        with gr.Row():
-            widgets += [
-                _widget(cls, f, hints[f.name], getattr(defaults, f.name))
-                for f in fields[start : start + 3]
-            ]
-    return widgets
-
-
-def _optional(hint: Any) -> bool:
-    return type(None) in typing.get_args(hint)
-
-
-def _field_value(cls: type, field: dataclasses.Field, hint: Any, value: Any) -> Any:
-    if _optional(hint) and value == 0 and not isinstance(value, bool):
-        return None  # Gradio sends an emptied number box as 0; here that means "none"
-    if value is None and not _optional(hint):
-        raise SettingsError(
-            f"{cls.__name__}.{field.name} ({field.metadata['label']}) is empty; enter a value."
-        )
-    if isinstance(value, str) and typing.get_origin(hint) is not None:  # str | tuple[str, ...]
-        names = [part.strip() for part in value.split(",") if part.strip()]
-        return names[0] if len(names) == 1 else tuple(names)
-    return value
-
-
 def read_settings(values: Sequence[Any]) -> tuple[Lora, TrainArgs, Hardware]:
     """Widget values, in the order `settings_widgets` made them, -> (Lora, TrainArgs, Hardware).
     Invalid values raise SettingsError naming the field."""
-    sizes = [len(shown_fields(cls)) for cls in SETTINGS]
-    if len(values) != sum(sizes):
-        raise ValueError(f"Expected {sum(sizes)} settings values, got {len(values)}.")
-    out = []
-    for cls, first, size in zip(SETTINGS, (0, sizes[0], sizes[0] + sizes[1]), sizes, strict=True):
-        hints = typing.get_type_hints(cls)
-        taken = zip(shown_fields(cls), values[first : first + size], strict=True)
-        out.append(cls(**{f.name: _field_value(cls, f, hints[f.name], v) for f, v in taken}))
-    lora, args, hardware = out
+    lora, args, hardware = read_groups(SETTINGS, values)
     return lora, args, hardware
 
 
-N_SETTINGS = sum(len(shown_fields(cls)) for cls in SETTINGS)
-
-
-def read_reinforce(values: Sequence[Any]) -> ReinforceArgs:
-    """The GRPO widgets' values -> ReinforceArgs; an empty box is refused naming the field."""
-    hints, fields = typing.get_type_hints(ReinforceArgs), shown_fields(ReinforceArgs)
-    taken = zip(fields, values, strict=True)
-    return ReinforceArgs(
-        **{f.name: _field_value(ReinforceArgs, f, hints[f.name], v) for f, v in taken}
-    )
-
-
-def method_arguments(
+def method_settings(
     method: str, beta: float | None, rewards: Sequence[Reward], values: Sequence[Any]
-) -> dict[str, Any]:
-    """The method's own keyword arguments for its API function (GRPO's from `values`)."""
-    if method in ("dpo", "orpo"):
+) -> PreferenceArgs | GrpoArgs | None:
+    """The method's own settings group, from its widgets (GRPO's from `values`)."""
+    group = METHODS[method].settings
+    if group is PreferenceArgs:
         if beta is None:
-            raise SettingsError(f"Beta is empty; enter a value ({prefer_beta_default()} is a "
+            raise SettingsError(f"Beta is empty; enter a value ({PreferenceArgs().beta} is a "
                                 "sensible start).")  # fmt: skip
-        return {"method": method, "beta": float(beta)}
-    if method == "grpo":
+        return read_group(PreferenceArgs, [beta])
+    if group is GrpoArgs:
         if not rewards:
             raise ValueError("GRPO needs at least one reward: add one in the rewards builder.")
-        return {"rewards": list(rewards), **read_reinforce(values).to_dict()}
-    return {}
+        return GrpoArgs(rewards=list(rewards), **read_group(ReinforceArgs, values).to_dict())
+    return None
 
 
 def kind_problem(method: str, mapped: dragon.Dataset | None) -> str | None:
     """Why the mapped dataset cannot train with `method`, and how to fix it; None if it can."""
-    mapping = None if mapped is None else mapped.mapping
-    if mapping is None or mapping.kind in METHOD_KINDS[method]:
+    mapping, kinds = None if mapped is None else mapped.mapping, METHODS[method].mapping_kinds
+    if mapping is None or mapping.kind in kinds:
         return None
-    fitting = [m.upper() for m in FUNCTIONS if mapping.kind in METHOD_KINDS[m]]
-    wanted = " or ".join(KIND_NAMES[k] for k in METHOD_KINDS[method])
+    fitting = [m.upper() for m, row in METHODS.items() if mapping.kind in row.mapping_kinds]
+    wanted = " or ".join(KIND_NAMES[k] for k in kinds)
+    choose = " or ".join(f"“{MAPPING_LABELS[k]}”" for k in kinds)
     return (
         f"{method.upper()} trains on {wanted}, but the mapped dataset holds "
-        f"{KIND_NAMES[mapping.kind]}. In the Mapping tab, choose {MAPPING_CHOICES[method]} and "
+        f"{KIND_NAMES[mapping.kind]}. In the Mapping tab, choose {choose} and "
         f"map its columns again, or pick {' or '.join(fitting)} here."
     )
 
@@ -224,14 +110,15 @@ def switch_method(old: str | None, new: str, *args_values: Any) -> tuple[Any, ..
 
     A TrainArgs value still at the old method's default becomes the new method's default (the
     manual's defaults differ per method); a value the person typed stays as it is."""
-    before, after = METHOD_ARGS.get(old or "sft", TrainArgs()), METHOD_ARGS[new]
+    before = METHODS.get(old or "sft", METHODS["sft"]).default_args
+    after, group = METHODS[new].default_args, METHODS[new].settings
     updates = [
         getattr(after, f.name)
         if value == getattr(before, f.name) != getattr(after, f.name)
         else gr.skip()
         for f, value in zip(shown_fields(TrainArgs), args_values, strict=True)
     ]
-    boxes = (gr.update(visible=new in ("dpo", "orpo")), gr.update(visible=new == "grpo"))
+    boxes = (gr.update(visible=group is PreferenceArgs), gr.update(visible=group is GrpoArgs))
     return (*boxes, *updates, new)
 
 
@@ -239,6 +126,32 @@ def parent_run(parent: str | None, runs_dir: Path) -> str | None:
     """The picked "continue from" run's folder in the runs dir, or None when none is picked.
     Raises OutsideFolderError (a ValueError) for one outside, FileNotFoundError for one gone."""
     return str(refs.resolve_run(parent, runs_dir)) if parent else None
+
+
+def read_spec(
+    mapped: dragon.Dataset | None, model: ResolvedModel, method: str, parent: str | None,
+    name: str | None, beta: float | None, rewards: Sequence[Reward] | None,
+    values: Sequence[Any], runs_dir: Path,
+) -> dragon.RunSpec:  # fmt: skip
+    """The widgets' values -> the RunSpec that Start starts. Raises what is wrong, field named."""
+    if method not in METHODS:
+        raise ValueError(f"Method {method!r} is not available; choose one of the listed methods.")
+    if mapped is None:
+        raise ValueError(
+            "No mapped dataset yet: load data in the Data tab, then map its "
+            "columns in the Mapping tab."
+        )
+    problem = kind_problem(method, mapped)
+    if problem:
+        raise ValueError(problem)
+    lora, args, hardware = read_settings(values[:N_SETTINGS])
+    settings = method_settings(method, beta, rewards or [], values[N_SETTINGS:])
+    base = parent_run(parent, runs_dir)
+    return dragon.RunSpec(
+        method, mapped, base or model.name, lora=lora, args=args, hardware=hardware,
+        method_args=settings, name=(name or "").strip() or None,
+        revision=None if base else model.revision,
+    )  # fmt: skip
 
 
 # ---- the dry run -------------------------------------------------------------------------------
@@ -259,7 +172,7 @@ def dry_run(
             raise ValueError(problem)
         if not rewards:
             raise ValueError("Add a reward first: the dry run scores completions with them.")
-        settings = read_reinforce(values)
+        settings = GrpoArgs(rewards=rewards, **read_group(ReinforceArgs, values).to_dict())
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             table = dragon.test_rewards(
@@ -271,104 +184,46 @@ def dry_run(
         return gr.skip(), gr.skip(), gr.skip(), present.error_html(f"Dry run failed: {e}")
     warned = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     summary = present.dry_run_markdown(table, reward_names(rewards), warned)
-    code = dry_run_code(mapped, model, parent, rewards, settings, DRY_RUN_PROMPTS)
-    return gr.update(value=table, visible=True), summary, code, ""
+    code = dry_run_code(mapped, parent or model.name, settings, DRY_RUN_PROMPTS)
+    return gr.update(value=table, visible=True), summary, present.portable_code(code), ""
 
 
 # ---- code, start -------------------------------------------------------------------------------
 
 
-def _read(
-    method: str, beta: float | None, rewards: Sequence[Reward] | None, values: Sequence[Any]
-) -> tuple[tuple[Lora, TrainArgs, Hardware], dict[str, Any]]:
-    settings = read_settings(values[:N_SETTINGS])
-    return settings, method_arguments(method, beta, rewards or [], values[N_SETTINGS:])
-
-
 def preview_code(
-    mapped: dragon.Dataset | None,
-    model: ResolvedModel,
-    method: str,
-    parent: str | None,
-    name: str | None,
-    beta: float | None,
-    rewards: list[Reward] | None,
-    *values: Any,
+    mapped: dragon.Dataset | None, model: ResolvedModel, method: str, parent: str | None,
+    name: str | None, beta: float | None, rewards: list[Reward] | None, *values: Any,
     runs_dir: Path,
-) -> tuple[str, str]:
+) -> tuple[str, str]:  # fmt: skip
     """Widget values -> (the code Start would run, error box)."""
     if mapped is None:
         return CODE_HINT, ""
     problem = kind_problem(method, mapped)
     if problem:
         return "# " + problem, ""  # the note under the method says it, in red
-    if method == "grpo" and not rewards:
+    if METHODS[method].settings is GrpoArgs and not rewards:
         return NO_REWARDS_HINT, ""
     try:
-        parent = parent_run(parent, runs_dir)
+        parent_run(parent, runs_dir)
     except (FileNotFoundError, ValueError) as e:  # never a call for a run it cannot use
         return PARENT_HINT, present.error_html(str(e))
     try:
-        settings, method_args = _read(method, beta, rewards, values)
-    except (SettingsError, ValueError) as e:
+        spec = read_spec(mapped, model, method, parent, name, beta, rewards, values, runs_dir)
+    except (SettingsError, ValueError, TypeError) as e:
         return gr.skip(), present.error_html(str(e))
-    name = (name or "").strip() or None
-    return train_code(mapped, model, parent or None, settings, name, runs_dir, FUNCTIONS[method],
-                      method_args), ""  # fmt: skip
-
-
-def launch(
-    method: str,
-    mapped: dragon.Dataset,
-    model: ResolvedModel | dragon.Run,
-    settings: tuple[Lora, TrainArgs, Hardware],
-    name: str | None,
-    runs_dir: Path,
-    method_args: dict[str, Any] | None = None,
-) -> dragon.Run:
-    """One call of the public API for the chosen method; returns the started run."""
-    if method not in FUNCTIONS:
-        raise ValueError(f"Method {method!r} is not available; choose one of the listed methods.")
-    lora, args, hardware = settings
-    continued = isinstance(model, dragon.Run)
-    return getattr(dragon, FUNCTIONS[method])(
-        mapped,
-        model if continued else model.name,
-        **(method_args or {}),
-        lora=lora,
-        args=args,
-        hardware=hardware,
-        name=name,
-        runs_dir=runs_dir,
-        revision=None if continued else model.revision,
-    )
+    return present.portable_code(spec_code(spec, runs_dir)), ""
 
 
 def start(
-    mapped: dragon.Dataset | None,
-    model: ResolvedModel,
-    method: str,
-    parent: str | None,
-    name: str | None,
-    beta: float | None,
-    rewards: list[Reward] | None,
-    *values: Any,
+    mapped: dragon.Dataset | None, model: ResolvedModel, method: str, parent: str | None,
+    name: str | None, beta: float | None, rewards: list[Reward] | None, *values: Any,
     runs_dir: Path,
-) -> tuple[Any, ...]:
+) -> tuple[Any, ...]:  # fmt: skip
     """Start -> (selected run, what started, code, error box). Returns once the run is queued."""
     try:
-        if mapped is None:
-            raise ValueError(
-                "No mapped dataset yet: load data in the Data tab, then map its "
-                "columns in the Mapping tab."
-            )
-        problem = kind_problem(method, mapped)
-        if problem:
-            raise ValueError(problem)
-        settings, method_args = _read(method, beta, rewards, values)
-        base = dragon.open_run(parent_run(parent, runs_dir)) if parent else model
-        name = (name or "").strip() or None
-        run = launch(method, mapped, base, settings, name, runs_dir, method_args)
+        spec = read_spec(mapped, model, method, parent, name, beta, rewards, values, runs_dir)
+        run = dragon.start(spec, runs_dir=runs_dir)
     except START_ERRORS as e:
         gr.Warning(html.escape(str(e)))
         return gr.skip(), gr.skip(), gr.skip(), present.error_html(str(e))
@@ -406,18 +261,13 @@ def build(ctx: AppContext) -> None:
             elem_id="train-parent",
         )
     with gr.Row():
-        method = gr.Radio(METHODS, value="sft", label="Method", elem_id="train-method", scale=2)
+        method = gr.Radio(
+            METHOD_CHOICES, value="sft", label="Method", elem_id="train-method", scale=2
+        )
         name = gr.Textbox(label="Run name (optional)", elem_id="train-name", scale=1)
     note = gr.HTML(elem_id="train-kind")
     with gr.Group(visible=False) as prefer_box:
-        beta = gr.Number(
-            prefer_beta_default(),
-            label="Beta",
-            info="How hard the model is pushed: DPO's KL strength, ORPO's odds-ratio weight; "
-            f"{prefer_beta_default()} is a sensible start for both.",
-            step=0.01,
-            elem_id="train-beta",
-        )
+        (beta,) = settings_widgets(PreferenceArgs)
     with gr.Group(visible=False) as grpo_box:
         rl_widgets = settings_widgets(ReinforceArgs)
         builder = build_rewards()
@@ -440,12 +290,12 @@ def build(ctx: AppContext) -> None:
     )
     seen, method_seen = gr.State(None), gr.State("sft")
 
-    # The order `_read` reads them in: read_settings's, then read_reinforce's.
+    # The order `read_spec` reads them in: Lora, TrainArgs, Hardware, then GRPO's ReinforceArgs.
     values = [*lora_widgets, *args_widgets, *hardware_widgets, *rl_widgets]
     inputs = [ctx.mapped, ctx.model, method, parent, name, beta, builder.rewards, *values]
     go.click(partial(start, runs_dir=ctx.runs_dir), inputs, [ctx.run, started, code, error])
     gr.on(
-        [w.change for w in inputs],
+        [w.change for w in inputs],  # type: ignore[attr-defined]  # every input has .change
         partial(preview_code, runs_dir=ctx.runs_dir),
         inputs,
         [code, error],

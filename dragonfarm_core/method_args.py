@@ -1,0 +1,174 @@
+"""Each method's own settings, config.json's `method_args`: `PreferenceArgs` (DPO, ORPO) and
+`GrpoArgs` (GRPO: the rewards and `ReinforceArgs`, the sampling settings).
+
+    dragon.PreferenceArgs(beta=0.2)
+    dragon.GrpoArgs(rewards=[dragon.reward("numeric")], group_size=6)
+
+Frozen dataclasses like `Lora` and `TrainArgs`: validated in `__post_init__` (every error names
+the field), their field metadata gives the Train tab its widgets, and `to_dict`/`from_dict` are
+config.json's method_args. The method table (`methods.METHODS`) says which method takes which.
+GRPO's rewards are kept as the dicts config.json stores (`Reward.to_dict()`), so reading a run
+back never runs a custom reward's file or looks for a command's program in the app process; they
+are checked as `Reward`s when the run is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dragonfarm_core.rewards import NEEDS_REFERENCE, TYPES, Reward, assign_names
+from dragonfarm_core.settings import SettingsError, check_numbers, setting
+
+
+@dataclass(frozen=True)
+class PreferenceArgs:
+    """DPO's and ORPO's own setting: how hard the model is pushed towards the chosen reply."""
+
+    beta: float = setting(0.1, "Beta", step=0.01, help=
+        "How hard the model is pushed: DPO's KL strength, ORPO's odds-ratio weight; 0.1 is a "
+        "sensible start for both.")  # fmt: skip
+
+    def __post_init__(self) -> None:
+        beta = self.beta
+        if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 < beta < math.inf:
+            raise SettingsError(
+                f"PreferenceArgs.beta must be a number > 0 (0.1 is a sensible start), got {beta!r}."
+            )
+        object.__setattr__(self, "beta", float(beta))
+
+    def to_dict(self, run_dir: str | Path | None = None) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], run_dir: str | Path | None = None) -> PreferenceArgs:
+        return cls(**_known(cls, values))
+
+    def copy_into(self, run_dir: str | Path) -> PreferenceArgs:
+        return self  # nothing outside config.json to keep
+
+
+@dataclass(frozen=True)
+class ReinforceArgs:
+    """GRPO's sampling settings (config.json's method_args besides the rewards).
+
+    TrainArgs.batch_size counts prompts: each optimizer step samples batch_size x grad_accum
+    prompts, and group_size completions of each.
+    """
+
+    group_size: int = setting(4, "Group size", min=2, max=64, step=1, help=
+        "Completions sampled per prompt; each is judged against its group's average, so at "
+        "least 2. More gives a steadier signal and costs more.")  # fmt: skip
+    beta: float = setting(0.04, "KL penalty (beta)", min=0.0, max=10.0, step=0.01, help=
+        "How strongly the model is held near the one it started from; 0 lets it drift "
+        "freely.")  # fmt: skip
+    temperature: float = setting(1.0, "Temperature", min=0.05, max=5.0, step=0.05, help=
+        "Sampling temperature of the completions; above 0, or every completion of a group "
+        "is the same.")  # fmt: skip
+    max_new_tokens: int = setting(128, "Max new tokens", min=1, max=8192, step=1, help=
+        "Longest completion; longer ones are cut and scored as they are.")  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_numbers(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(ReinforceArgs)}
+
+
+def check_rewards(rewards: Any) -> list[Reward]:
+    """The rewards as a named list; one Reward alone is accepted as a list of one."""
+    if isinstance(rewards, Reward):
+        rewards = [rewards]
+    if not isinstance(rewards, list | tuple) or not rewards:
+        raise ValueError(
+            "rewards must be a non-empty list of dragon.reward(...), e.g. "
+            '[dragon.reward("numeric"), dragon.reward("length", max_chars=300)].'
+        )
+    for i, r in enumerate(rewards):
+        if not isinstance(r, Reward):
+            raise TypeError(
+                f"rewards[{i}] is a {type(r).__name__}, not a reward; build it with "
+                'dragon.reward(type, ...), e.g. dragon.reward("regex", pattern=r"T-\\d{4}").'
+            )
+    return assign_names(list(rewards))
+
+
+@dataclass(frozen=True, kw_only=True)
+class GrpoArgs(ReinforceArgs):
+    """GRPO's method_args: the rewards (summed by weight) and the sampling settings.
+
+    `rewards` takes `dragon.reward(...)` objects (named as config.json stores them); read back
+    from config.json it holds their stored dicts, which is also what it keeps.
+    """
+
+    rewards: Sequence[Any]  # Reward objects given; their stored dicts kept
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        rewards = self.rewards
+        if (
+            isinstance(rewards, list | tuple)
+            and rewards
+            and all(isinstance(r, dict) for r in rewards)
+        ):
+            for i, r in enumerate(rewards):
+                if r.get("type") not in TYPES:
+                    raise SettingsError(
+                        f"GrpoArgs.rewards[{i}] has type {r.get('type')!r}, not one of "
+                        f"{', '.join(TYPES)}."
+                    )
+            stored = tuple(dict(r) for r in rewards)
+        else:
+            stored = tuple(r.to_dict() for r in check_rewards(rewards))
+        object.__setattr__(self, "rewards", stored)
+
+    @property
+    def needing_reference(self) -> list[str]:
+        """Names of the rewards that compare with the row's reference answer."""
+        return [r["name"] or r["type"] for r in self.rewards if r["type"] in NEEDS_REFERENCE]
+
+    def to_dict(self, run_dir: str | Path | None = None) -> dict[str, Any]:
+        return {"rewards": [dict(r) for r in self.rewards], **ReinforceArgs.to_dict(self)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], run_dir: str | Path | None = None) -> GrpoArgs:
+        """From config.json's method_args; a custom reward's file stored relative to the run
+        becomes absolute against `run_dir` (when given), so the settings work from anywhere."""
+        values = _known(cls, values)
+        rewards = values.pop("rewards", None)
+        if not isinstance(rewards, list | tuple) or not all(isinstance(r, dict) for r in rewards):
+            raise SettingsError("config.json method_args['rewards'] must be a list of rewards.")
+        if run_dir is not None:
+            rewards = [_absolute_file(r, Path(run_dir)) for r in rewards]
+        return cls(rewards=tuple(rewards), **values)
+
+    def copy_into(self, run_dir: str | Path) -> GrpoArgs:
+        """Check each reward (as dragon.reward would), copy custom reward files into the run,
+        and return the settings as config.json stores them (those files relative to it)."""
+        copies = [Reward.from_dict(r).copy_into(run_dir) for r in self.rewards]
+        return dataclasses.replace(self, rewards=tuple(r.to_dict(run_dir) for r in copies))
+
+
+def _absolute_file(stored: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    file = stored.get("file")
+    if file and not Path(file).is_absolute():
+        return {**stored, "file": str(run_dir / file)}
+    return stored
+
+
+def _known(cls: type, values: Any) -> dict[str, Any]:
+    """`values` as keyword arguments of `cls`; an unknown key is refused, naming it."""
+    if not isinstance(values, dict):
+        raise SettingsError(f"config.json method_args must be a dict, got {values!r:.80}.")
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise SettingsError(
+            f"config.json method_args has unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"{cls.__name__} takes {', '.join(known)}."
+        )
+    return dict(values)

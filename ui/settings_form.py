@@ -1,0 +1,120 @@
+"""Widgets generated from settings dataclasses, and their values read back into them.
+
+Each field's metadata (`label`, `help`, `min`, `max`, `choices`, `step`) gives its widget, and
+its declared type says which kind: a dropdown for choices, a checkbox for a bool, a number box
+for int and float (whole numbers for int), a text box otherwise. The Train tab builds its
+`Lora`, `TrainArgs`, `Hardware`, `PreferenceArgs` and `ReinforceArgs` widgets here, the rewards
+builder its `Reward` fields, so the app and the Python API never disagree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gradio as gr
+
+from dragonfarm_core import SettingsError
+
+NOT_SHOWN = frozenset({"extra", "rewards"})  # free-form trainer keywords; GRPO's own builder
+
+
+def shown_fields(cls: type) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if f.name not in NOT_SHOWN]
+
+
+def _number_step(hint: Any, meta: Mapping[str, Any], default: Any) -> float:
+    if meta.get("step") is not None:
+        return meta["step"]
+    if hint is int or not default:
+        return 1
+    # Arrow clicks move a small default (a learning rate) by its own order of magnitude.
+    return 1 if default >= 1 else 10 ** math.floor(math.log10(default))
+
+
+def _limit(value: float) -> str:
+    """1e-08, 0.5, 512, 4,294,967,295."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+def field_widget(
+    field: dataclasses.Field, hint: Any, default: Any, choice: type = gr.Dropdown, **kwargs: Any
+) -> gr.Component:
+    """The widget of one field; `kwargs` (elem_id, visible, ...) go to the component."""
+    meta = field.metadata
+    kwargs = {"label": meta["label"], "info": meta["help"], **kwargs}
+    if meta.get("choices"):
+        return choice(list(meta["choices"]), value=default, **kwargs)
+    if hint is bool:
+        return gr.Checkbox(value=default, **kwargs)
+    numbers = [t for t in typing.get_args(hint) or (hint,) if t in (int, float)]
+    if numbers:
+        lo, hi = meta.get("min"), meta.get("max")
+        if lo is not None and hi is not None:
+            kwargs["info"] += f" ({_limit(lo)} to {_limit(hi)})"
+        # The limits go in the help text, not in minimum/maximum: Gradio would refuse every
+        # half-typed value ("0" on the way to "0.001") with an anonymous toast, where the
+        # dataclass names the field in the Train tab's error box.
+        return gr.Number(
+            value=default,
+            step=_number_step(numbers[0], meta, default),
+            precision=0 if numbers[0] is int else None,
+            **kwargs,
+        )
+    text = ", ".join(default) if isinstance(default, tuple) else default
+    return gr.Textbox(value="" if text is None else text, **kwargs)
+
+
+def settings_widgets(cls: type) -> list[gr.Component]:
+    """One widget per shown field of a settings dataclass, in field order, three to a row."""
+    defaults, hints = cls(), typing.get_type_hints(cls)
+    fields, widgets = shown_fields(cls), []
+    for start in range(0, len(fields), 3):
+        with gr.Row():
+            widgets += [
+                field_widget(f, hints[f.name], getattr(defaults, f.name),
+                             elem_id=f"train-{cls.__name__.lower()}-{f.name}")
+                for f in fields[start : start + 3]
+            ]  # fmt: skip
+    return widgets
+
+
+def _optional(hint: Any) -> bool:
+    return type(None) in typing.get_args(hint)
+
+
+def _field_value(cls: type, field: dataclasses.Field, hint: Any, value: Any) -> Any:
+    if _optional(hint) and value == 0 and not isinstance(value, bool):
+        return None  # Gradio sends an emptied number box as 0; here that means "none"
+    if value is None and not _optional(hint):
+        raise SettingsError(
+            f"{cls.__name__}.{field.name} ({field.metadata['label']}) is empty; enter a value."
+        )
+    if isinstance(value, str) and typing.get_origin(hint) is not None:  # str | tuple[str, ...]
+        names = [part.strip() for part in value.split(",") if part.strip()]
+        return names[0] if len(names) == 1 else tuple(names)
+    return value
+
+
+def read_group(cls: type, values: Sequence[Any], **more: Any) -> Any:
+    """The values of `settings_widgets(cls)`, in order -> `cls(...)` (with `more` keywords).
+    An empty box or an invalid value raises SettingsError naming the field."""
+    fields, hints = shown_fields(cls), typing.get_type_hints(cls)
+    if len(values) != len(fields):
+        raise ValueError(f"Expected {len(fields)} {cls.__name__} values, got {len(values)}.")
+    taken = zip(fields, values, strict=True)
+    return cls(**{f.name: _field_value(cls, f, hints[f.name], v) for f, v in taken}, **more)
+
+
+def read_groups(classes: Sequence[type], values: Sequence[Any]) -> list[Any]:
+    """Several groups' widget values, one after the other -> one object per class."""
+    sizes = [len(shown_fields(cls)) for cls in classes]
+    if len(values) != sum(sizes):
+        raise ValueError(f"Expected {sum(sizes)} settings values, got {len(values)}.")
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [
+        read_group(cls, values[s : s + n]) for cls, s, n in zip(classes, starts, sizes, strict=True)
+    ]
