@@ -32,6 +32,7 @@ sys.path[:0] = [str(ROOT)]
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
+from dragonfarm_core.chat_template import stop_ids  # noqa: E402
 from dragonfarm_core.models import bundled_model_path  # noqa: E402
 from dragonfarm_core.settings import Hardware, Lora  # noqa: E402
 from dragonfarm_core.trainers import grpo_rollout as rl  # noqa: E402
@@ -112,7 +113,7 @@ def main() -> None:
     tokenizer = modeling.load_tokenizer(spec)
     model = modeling.add_lora(modeling.load_model(spec, placement, False), Lora(), 0, False, False)
     ids, _ = rl.encode_prompts(tokenizer, ticket_prompts(args.prompts), 512)
-    stop = rl.stop_ids(model, tokenizer)
+    stop = stop_ids(model, tokenizer)
     torch.manual_seed(0)
     print(
         f"{model_dir} ({placement.dtype_name}, {torch.get_num_threads()} threads): "

@@ -27,10 +27,11 @@ from dragonfarm_core.data import (
     example_data,
 )
 from dragonfarm_core.environment import check
-from dragonfarm_core.evaluation import evaluate
+from dragonfarm_core.evaluation import EvaluationJob, evaluate, start_evaluation
 from dragonfarm_core.feedback_store import feedback
 from dragonfarm_core.generation import generate
 from dragonfarm_core.inference import (
+    Backend,
     backend,
     backend_local,
     backend_ollama,
@@ -38,25 +39,30 @@ from dragonfarm_core.inference import (
     set_backend,
     worker_stop,
 )
-from dragonfarm_core.models import BUNDLED_MODEL_ID, ModelError, presets, resolve_model
+from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs
+from dragonfarm_core.models import (
+    BUNDLED_MODEL_ID,
+    ModelError,
+    ResolvedModel,
+    presets,
+    resolve_model,
+)
 from dragonfarm_core.preference import prefer
 from dragonfarm_core.reinforcement import reinforce, test_rewards
 from dragonfarm_core.rewards import Reward, RewardError, reward
-from dragonfarm_core.rundir import (
-    Run,
-    RunFailedError,
+from dragonfarm_core.rundir.location import runs_dir, set_runs_dir
+from dragonfarm_core.rundir.run import Run, RunFailedError, open_run
+from dragonfarm_core.rundir.store import (
     archive_run,
     archived_runs,
     delete_run,
-    open_run,
-    runs_dir,
-    set_runs_dir,
+    runs,
     unarchive_run,
 )
-from dragonfarm_core.rundir.store import runs
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
+from dragonfarm_core.spec import RunSpec
 from dragonfarm_core.task_metrics import metric_regex, metrics
-from dragonfarm_core.training import cancel, logs, progress, resume, status, train, wait
+from dragonfarm_core.training import cancel, logs, progress, resume, start, status, train, wait
 
 if TYPE_CHECKING:
     import gradio as gr
@@ -77,18 +83,24 @@ def app(runs_dir: str | os.PathLike[str], profile: str = "local") -> gr.Blocks:
 __all__ = [
     "BUNDLED_MODEL_ID",
     "HOUSE_STYLE_PATTERN",
+    "Backend",
     "Chat",
     "DataReport",
     "Dataset",
     "DatasetError",
     "DatasetWarning",
+    "EvaluationJob",
+    "GrpoArgs",
     "Hardware",
     "Lora",
     "ModelError",
+    "PreferenceArgs",
     "Reward",
+    "ResolvedModel",
     "RewardError",
     "Run",
     "RunFailedError",
+    "RunSpec",
     "SettingsError",
     "TrainArgs",
     "app",
@@ -125,6 +137,8 @@ __all__ = [
     "runs_dir",
     "set_backend",
     "set_runs_dir",
+    "start",
+    "start_evaluation",
     "status",
     "test_rewards",
     "train",

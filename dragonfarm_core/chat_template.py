@@ -5,6 +5,10 @@ trainer will see them. Chat templates are jinja2, so this renders them in the sa
 environment transformers uses (trim_blocks, lstrip_blocks, loop controls, `tojson`,
 `raise_exception`, `strftime_now`). `learned_span` splits a conversation into the context the
 trainer masks and the assistant turn it learns.
+
+The facts about chat messages every side shares live here too: the `ROLES` a message may
+have, and `stop_ids`, the tokens that end a reply (used by the inference worker and GRPO's
+rollouts, with their already loaded model and tokenizer).
 """
 
 from __future__ import annotations
@@ -19,6 +23,10 @@ import jinja2
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+ROLES = ("system", "user", "assistant")
+"""The roles of training and chat messages."""
+CHATML_END = "<|im_end|>"
+
 # For a model that ships no template (a base model): plain ChatML, which most tools understand.
 DEFAULT_CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -30,6 +38,19 @@ DEFAULT_CHAT_TEMPLATE = (
 
 class ChatTemplateError(ValueError):
     """A chat template failed to render, or refused the conversation."""
+
+
+def stop_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Every token that ends a reply: the model's eos ids, the tokenizer's, ChatML's end (when
+    the template uses it). `model` and `tokenizer` are transformers objects."""
+    ids = model.generation_config.eos_token_id
+    found = set(ids if isinstance(ids, list) else [] if ids is None else [ids])
+    if tokenizer.eos_token_id is not None:
+        found.add(tokenizer.eos_token_id)
+    end = tokenizer.convert_tokens_to_ids(CHATML_END)
+    if CHATML_END in (tokenizer.chat_template or "") and end != tokenizer.unk_token_id:
+        found.add(end)
+    return sorted(i for i in found if isinstance(i, int))
 
 
 def _raise_exception(message: str) -> None:

@@ -53,7 +53,7 @@ RECORD_COLUMNS = [
 
 
 def feedback_dir(runs_dir: str | os.PathLike[str] | None = None) -> Path:
-    from dragonfarm_core.rundir import runs_dir as resolve_runs_dir
+    from dragonfarm_core.rundir.location import runs_dir as resolve_runs_dir
 
     return Path(resolve_runs_dir(runs_dir)) / files.FEEDBACK_DIR
 

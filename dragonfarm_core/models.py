@@ -114,6 +114,17 @@ class ResolvedModel:
     base: str
     revision: str | None = None
 
+    @classmethod
+    def bundled(cls) -> ResolvedModel:
+        """The bundled model, its folder not checked (`resolve_model` checks it): the app
+        starts with it even before `scripts/build_bundled_model.py` has built the weights."""
+        return cls(BUNDLED_MODEL_ID, str(bundled_model_path()), None)
+
+    @property
+    def is_bundled(self) -> bool:
+        """Whether this is the bundled model (any of its names)."""
+        return is_bundled(self.name)
+
 
 def presets() -> pd.DataFrame:
     """The recommended models, the bundled one first."""
@@ -152,7 +163,7 @@ def resolve_model(model: str, revision: str | None = None) -> ResolvedModel:
                 f"The bundled model is missing from {path}; rebuild it with "
                 "`python scripts/build_bundled_model.py`."
             )
-        return ResolvedModel(BUNDLED_MODEL_ID, str(path), None)
+        return ResolvedModel.bundled()
     local = Path(model).expanduser()
     if local.exists():
         if not local.is_dir():

@@ -227,7 +227,7 @@ def is_json(content_type: str | None) -> bool:
     return (content_type or "").split(";", 1)[0].strip().lower() == "application/json"
 
 
-def build_app(
+def build_api(
     x: Any,
     backend: Backend | None = None,
     name: str | None = None,
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         hosts = http_guard.allowed_hosts(args.host, args.allowed_hosts)
-        app = build_app(args.model, name=args.name, base=args.base, allowed_hosts=hosts)
+        app = build_api(args.model, name=args.name, base=args.base, allowed_hosts=hosts)
     except (ValueError, OSError, TypeError) as e:
         print(f"dragonfarm serve: {e}", file=sys.stderr)
         return 2

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Install what the tests need, then run the whole test suite:
+# Install what the tests need, type-check, then run the whole test suite:
 #   bash scripts/test.sh            (extra arguments go to pytest, e.g. -m "not slow")
+# mypy checks what pyproject.toml's [tool.mypy] names (dragonfarm_core, ui, app.py); a type
+# error fails the run before any test starts.
 # Chromium for the browser tests comes from Debian's `chromium` package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +14,11 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 python -m pip install -q -r requirements-dev.txt
 python -m pip install -q --no-deps -e .
+
+if ! python -m mypy; then
+  echo "mypy found type errors (listed above): fix them, or run 'python -m mypy' to see them again." >&2
+  exit 1
+fi
 
 set +e
 python -m pytest "$@"

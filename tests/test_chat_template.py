@@ -74,3 +74,44 @@ def test_load_from_tokenizer_config_and_jinja_file(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert load_chat_template(empty) == (DEFAULT_CHAT_TEMPLATE, {})
+
+
+class _Config:
+    def __init__(self, eos):
+        self.eos_token_id = eos
+
+
+class _Model:
+    def __init__(self, eos):
+        self.generation_config = _Config(eos)
+
+
+class _Tokenizer:
+    eos_token_id, unk_token_id = 2, 0
+
+    def __init__(self, template):
+        self.chat_template = template
+
+    def convert_tokens_to_ids(self, token):
+        return 7 if token == "<|im_end|>" else self.unk_token_id
+
+
+def test_stop_ids_are_every_token_that_ends_a_reply():
+    from dragonfarm_core.chat_template import stop_ids
+
+    assert stop_ids(_Model([2, 5]), _Tokenizer(DEFAULT_CHAT_TEMPLATE)) == [2, 5, 7]
+    assert stop_ids(_Model(None), _Tokenizer("{{ messages }}")) == [2]  # no ChatML end
+    assert stop_ids(_Model([3, None]), _Tokenizer(None)) == [2, 3]  # a None id is no token
+
+
+def test_one_definition_of_the_message_roles():
+    import importlib
+
+    from dragonfarm_core import chat_template
+
+    assert chat_template.ROLES == ("system", "user", "assistant")
+    for name in ("data.conversations", "inference.protocol", "trainers.grpo_rollout",
+                 "trainers.sft_data"):  # fmt: skip
+        # by module name: dragonfarm_core.data.conversations is also a function's name
+        module = importlib.import_module(f"dragonfarm_core.{name}")
+        assert module.ROLES is chat_template.ROLES, module.__name__

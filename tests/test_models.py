@@ -56,3 +56,12 @@ def test_unreachable_hub_offers_the_bundled_model(monkeypatch, tmp_path):
 def test_nonsense_names_are_refused(bad):
     with pytest.raises(ModelError):
         resolve_model(bad)
+
+
+def test_the_resolved_model_type_is_public_and_knows_the_bundled_model():
+    import dragonfarm_core as dragon
+
+    resolved = dragon.resolve_model("bundled")
+    assert isinstance(resolved, dragon.ResolvedModel)
+    assert dragon.ResolvedModel.bundled() == resolved  # unchecked, but the same choice
+    assert resolved.is_bundled and not dragon.ResolvedModel("a/b", "/x").is_bundled

@@ -13,7 +13,7 @@ import uvicorn
 from openai import OpenAI
 
 from dragonfarm_core.inference import InferenceError
-from dragonfarm_core.serve import build_app, main
+from dragonfarm_core.serve import build_api, main
 
 PIECES = ["Hello", " from", " the", " model."]
 
@@ -60,7 +60,7 @@ def served(tmp_path_factory):
     (model_dir / "config.json").write_text("{}")
     backend = Scripted()
     server, thread, url = serve_in_thread(
-        build_app(str(model_dir), backend=backend, name="tiny-support")
+        build_api(str(model_dir), backend=backend, name="tiny-support")
     )
     yield OpenAI(base_url=url, api_key="none", max_retries=0), backend
     server.should_exit = True

@@ -11,6 +11,7 @@ can show it as it arrives.
 
 from __future__ import annotations
 
+import inspect
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -19,14 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import dragonfarm_core as dragon
-from dragonfarm_core.data.codegen import literal
-from dragonfarm_core.inference import Backend
-from dragonfarm_core.inference.ollama import DEFAULT_URL as OLLAMA_URL
-from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.rundir import location
+from dragonfarm_core.data.codegen import literal, runs_dir_argument
 from ui import present
 
 KEY_ENV = "DRAGONFARM_BACKEND_API_KEY"  # where the code panel reads a key from; never the key
+# The address backend_ollama uses when given none: the Chat tab's default, left out of the code.
+OLLAMA_URL: str = inspect.signature(dragon.backend_ollama).parameters["url"].default
 CODE_HINT = "# Send a message: the Python that holds the same conversation appears here."
 NAMES = ("c", "b")  # code-panel variables: the first conversation, and the base model's
 BASES = {"run": [False], "base": [True], "both": [False, True]}  # mode -> base= of each chat
@@ -71,7 +70,7 @@ def _whole(value: Any, label: str) -> int | None:
 
 def read_setup(
     run: str | None,
-    model: ResolvedModel,
+    model: dragon.ResolvedModel,
     mode: str,
     backend: str,
     url: str,
@@ -104,7 +103,7 @@ def read_setup(
     )
 
 
-def make_backend(setup: Setup) -> Backend:
+def make_backend(setup: Setup) -> dragon.Backend:
     if setup.backend == "server":
         return dragon.backend_server(setup.url, setup.model, api_key=setup.api_key)
     if setup.backend == "ollama":
@@ -195,9 +194,7 @@ def setup_code(setup: Setup, runs_dir: Path) -> list[str]:
     args += ["backend=backend"] if setup.backend != "local" else []
     args += _sampling_args(setup)
     args += [f"context_window={setup.context_window}"] if setup.context_window else []
-    args += (
-        [f"runs_dir={literal(str(runs_dir))}"] if runs_dir != location.configured_runs_dir() else []
-    )
+    args += [where] if (where := runs_dir_argument(runs_dir)) else []
     for name, base in zip(NAMES, BASES[setup.mode], strict=False):
         call = [*args[:1], *(["base=True"] if base else []), *args[1:]]
         lines.append(f"{name} = dragon.chat({', '.join(call)})")

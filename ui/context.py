@@ -15,7 +15,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from dragonfarm_core.models import BUNDLED_MODEL_ID, ResolvedModel, bundled_model_path
+import dragonfarm_core as dragon
 from dragonfarm_core.rundir.files import UPLOADS_DIR
 
 PROFILE_ENV = "DRAGONFARM_PROFILE"
@@ -70,13 +70,7 @@ def app_runs_dir(runs_dir: str | os.PathLike[str] | None, profile: Profile) -> P
     return Path(chosen).expanduser().resolve()
 
 
-def bundled_model() -> ResolvedModel:
-    """The default model choice. Not validated here: the app must start even before the
-    bundled weights are built, and the Model tab validates a choice when asked to."""
-    return ResolvedModel(BUNDLED_MODEL_ID, str(bundled_model_path()), None)
-
-
-def report_tokenizer(model: ResolvedModel) -> str | None:
+def report_tokenizer(model: dragon.ResolvedModel) -> str | None:
     """The model folder when it has a tokenizer.json (exact token counts in data reports), else
     None (the report estimates tokens from characters)."""
     return model.base if (Path(model.base) / "tokenizer.json").is_file() else None
@@ -105,6 +99,8 @@ def new_context(runs_dir: Path, profile: Profile) -> AppContext:
         profile=profile,
         dataset=gr.State(None),
         mapped=gr.State(None),
-        model=gr.State(bundled_model()),
+        # Not validated here: the app starts even before the bundled weights are built, and
+        # the Model tab validates a choice when asked to.
+        model=gr.State(dragon.ResolvedModel.bundled()),
         run=gr.State(None),
     )

@@ -75,7 +75,7 @@ class DragonfarmApp(gr.Blocks):
         extra = [*self.profile.allowed_hosts, *http_guard.split_hosts(allowed_hosts)]
         return http_guard.allowed_hosts(bound, extra)
 
-    def launch(  # type: ignore[override]
+    def launch(
         self, *args: Any, allowed_hosts: str | Sequence[str] | None = None, **kwargs: Any
     ) -> Any:
         """`gr.Blocks.launch`, plus `allowed_hosts`: host names to answer to besides

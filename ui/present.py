@@ -14,8 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from dragonfarm_core.data.codegen import literal
-from dragonfarm_core.data.example import EXAMPLE_FILE
+from dragonfarm_core.data.codegen import literal, portable
 from dragonfarm_core.rundir import files
 
 PREVIEW_ROWS = 20
@@ -35,7 +34,7 @@ Segment = tuple[str, str]
 def python_code(body: str, imports: Sequence[str] = ()) -> str:
     """A code panel's text: the imports, then `body`. The example file's absolute path becomes
     `dragon.example_data()`, so the snippet runs on any machine."""
-    body = body.replace(literal(str(EXAMPLE_FILE)), "dragon.example_data()")
+    body = portable(body)
     head = "".join(f"import {name}\n" for name in imports) + ("\n" if imports else "")
     return head + "import dragonfarm_core as dragon\n\n" + body.rstrip() + "\n"
 
@@ -152,7 +151,7 @@ def presets_table(presets: pd.DataFrame) -> pd.DataFrame:
 
 def portable_code(code: str) -> str:
     """`dragon.code(run)`'s text with the example file's path as `dragon.example_data()`."""
-    return code.replace(literal(str(EXAMPLE_FILE)), "dragon.example_data()")
+    return portable(code)
 
 
 def duration_text(seconds: float | None) -> str:
@@ -343,7 +342,12 @@ def context_usage_markdown(name: str, usage: Any) -> str:
     )
 
 
-FEEDBACK_KINDS = {("rating", "up"): "👍", ("rating", "down"): "👎", ("edit", None): "edited"}
+# Keyed by (kind, verdict) as an event holds them: either may be missing (None).
+FEEDBACK_KINDS: dict[tuple[str | None, str | None], str] = {
+    ("rating", "up"): "👍",
+    ("rating", "down"): "👎",
+    ("edit", None): "edited",
+}
 
 
 def feedback_table(events: Sequence[dict[str, Any]]) -> pd.DataFrame:

@@ -8,17 +8,23 @@
 Used by `dragon.code()` and the app's code panels, so what a person sees is what rebuilds the
 data. A dataset that lived only in memory (a DataFrame, a list of conversations) has no file to
 point at: the code then names a variable, with a comment saying what to put in it.
+
+The pieces every code panel shares live here too: `literal`, the `runs_dir=` argument
+(`runs_dir_argument`) and `portable` (the example file as `dragon.example_data()`).
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.data.dataset import DEFAULT_EVAL_FRAC, DEFAULT_SEED
+from dragonfarm_core.data.example import EXAMPLE_FILE
 from dragonfarm_core.data.readers import EXTENSIONS
+from dragonfarm_core.rundir import location
 
 LINE_LIMIT = 100
 _METHODS = {"sft": "map", "pairs": "map_pairs", "prompts": "map_prompts"}
@@ -39,6 +45,20 @@ def literal(value: Any) -> str:
         except (ValueError, SyntaxError):
             pass
     return repr(value)
+
+
+def runs_dir_argument(runs_dir: str | os.PathLike[str]) -> str | None:
+    """`runs_dir="..."` for generated code, or None when `runs_dir` is the configured one
+    (`set_runs_dir()` / DRAGONFARM_RUNS_DIR), which the code then finds by itself."""
+    if Path(runs_dir) == location.configured_runs_dir():
+        return None
+    return f"runs_dir={literal(str(runs_dir))}"
+
+
+def portable(code: str) -> str:
+    """`code` with the example file's absolute path as `dragon.example_data()`, so it runs on
+    any machine."""
+    return code.replace(literal(str(EXAMPLE_FILE)), "dragon.example_data()")
 
 
 def _call(func: str, first: str | None, kwargs: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from dragonfarm_core.chat_template import ROLES
 from dragonfarm_core.data.cells import check_utf8
 from dragonfarm_core.data.dataset import Dataset
 from dragonfarm_core.data.errors import DatasetError
@@ -26,7 +27,6 @@ from dragonfarm_core.data.jsonfiles import read_json_items, read_jsonl_items
 from dragonfarm_core.data.readers import check_file, detect_format, read_text
 from dragonfarm_core.data.records import Mapping
 
-ROLES = ("system", "user", "assistant")
 # Role names from other chat formats (ShareGPT, Gemini), so the error can say what to write.
 ROLE_HINTS = {"human": "user", "gpt": "assistant", "model": "assistant", "bot": "assistant"}
 

@@ -57,8 +57,10 @@ def parse_backend(text: str) -> Backend:
         return backend_local()
     kind, _, rest = text.partition(":")
     parts = [p.strip() for p in rest.split("|")]
-    if kind == "ollama" and parts[0] and len(parts) <= 2:
-        return backend_ollama(parts[0], *parts[1:])
+    if kind == "ollama" and parts[0] and len(parts) == 1:
+        return backend_ollama(parts[0])
+    if kind == "ollama" and parts[0] and len(parts) == 2:
+        return backend_ollama(parts[0], url=parts[1])
     if kind == "server" and len(parts) == 2 and all(parts):
         return backend_server(parts[0], parts[1], api_key=os.environ.get(API_KEY_ENV) or None)
     raise ValueError(f"{ENV}={text!r} is not understood: use {FORMS}.")

@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from dragonfarm_core.chat_template import ROLES
+
 Message = dict[str, str]
 OnToken = Callable[[str], None]
-ROLES = ("system", "user", "assistant")
 
 
 class InferenceError(RuntimeError):
@@ -88,11 +89,18 @@ class ModelSpec:
 class Backend(Protocol):
     """Anything that answers conversations: the local worker, an OpenAI server, Ollama."""
 
-    name: str
-    """"local", "server" or "ollama": recorded with feedback."""
-    model: str | None
-    """The model this backend always answers with (server, Ollama), or None when each call
-    names the weights to load (local)."""
+    # Read-only in the protocol (properties), so a backend whose model is always a `str`
+    # (server, Ollama) or always None (local) fits: a settable `str | None` would not.
+    @property
+    def name(self) -> str:
+        """The kind of backend, "local", "server" or "ollama": recorded with feedback."""
+        ...
+
+    @property
+    def model(self) -> str | None:
+        """The model this backend always answers with (server, Ollama), or None when each
+        call names the weights to load (local)."""
+        ...
 
     def chat(
         self,
@@ -111,8 +119,11 @@ class Backend(Protocol):
         ...
 
 
-def check_messages(messages: list[Message], where: str = "messages") -> list[Message]:
-    """Plain {"role", "content"} dicts with known roles, ending with a user turn."""
+def check_messages(messages: object, where: str = "messages") -> list[Message]:
+    """Plain {"role", "content"} dicts with known roles, ending with a user turn.
+
+    Takes anything (a request body, a caller's list) and checks it, hence `object`.
+    """
     if not isinstance(messages, list) or not messages:
         raise ValueError(f"{where} must be a non-empty list of {{'role', 'content'}} messages.")
     out = []

@@ -88,6 +88,7 @@ class Models:
         return self.held[key]
 
     def load(self, spec: dict[str, Any]) -> tuple[Any, Any]:
+        import torch
         from peft import PeftModel
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -105,7 +106,10 @@ class Models:
             tokenizer.pad_token = tokenizer.eos_token
         if not tokenizer.chat_template:
             tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
-        model = AutoModelForCausalLM.from_pretrained(
+        # Typed as the Module it is used as (peft wraps it, then it is moved and put in eval
+        # mode): transformers types PreTrainedModel.to through functools.wraps, which mypy
+        # reads as taking the model, not a device.
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
             spec["base"], dtype=self.dtype, trust_remote_code=trust
         )
         for path in spec["adapters"]:  # earlier runs, folded in as the trainer did
@@ -158,18 +162,6 @@ def make_streamer(tokenizer: Any, channel: Channel, rid: int, stream: bool) -> A
     return Heartbeat()
 
 
-def stop_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Every token that ends a reply: the model's eos ids, the tokenizer's, ChatML's end."""
-    ids = model.generation_config.eos_token_id
-    ids = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if "<|im_end|>" in (tokenizer.chat_template or "") and end != tokenizer.unk_token_id:
-        ids.add(end)
-    return sorted(i for i in ids if isinstance(i, int))
-
-
 def adapter_mode(model: Any, spec: dict[str, Any], dtype: Any) -> Any:
     """A context in which the live adapter is on (merged into the weights) or off (the base).
 
@@ -193,6 +185,8 @@ def adapter_mode(model: Any, spec: dict[str, Any], dtype: Any) -> Any:
 
 def generation_options(model: Any, tokenizer: Any, sampling: dict[str, Any]) -> dict[str, Any]:
     """`model.generate` arguments; temperature 0 is greedy decoding."""
+    from dragonfarm_core.chat_template import stop_ids
+
     greedy = sampling["temperature"] == 0
     options: dict[str, Any] = {
         "max_new_tokens": sampling["max_new_tokens"],

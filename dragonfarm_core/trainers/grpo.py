@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from dragonfarm_core.chat_template import stop_ids
 from dragonfarm_core.reinforcement import ReinforceArgs
 from dragonfarm_core.rewards import Reward, RewardErrors, reward_names
 from dragonfarm_core.rundir import files
@@ -208,7 +209,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
             run_dir, report, config, placement, len(train_rows), cut_train + cut_eval
         )
         model, plan, opt, state = training.model, training.plan, training.opt, training.state
-        stop = rl.stop_ids(model, tokenizer)
+        stop = stop_ids(model, tokenizer)
         task = Task(train_rows, train_ids, rewards, settings, tokenizer, stop, RewardErrors())
         print(
             f"GRPO on {config.model.name} ({placement.device}, {placement.dtype_name}): "

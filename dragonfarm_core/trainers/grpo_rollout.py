@@ -2,7 +2,7 @@
 log-probabilities, the group-relative advantages and the loss.
 
     rollout = generate_rollout(model, tokenizer, prompt_ids, group_size=4, max_new_tokens=128,
-                               temperature=1.0, stop=stop_ids(model, tokenizer))
+                               temperature=1.0, stop=stop_ids(model, tokenizer))  # chat_template's
     policy = completion_logprobs(model, rollout, temperature)        # with grad, adapter on
     with torch.no_grad(), model.disable_adapter():
         reference = completion_logprobs(model, rollout, temperature) # the model it started from
@@ -23,12 +23,12 @@ from typing import Any
 
 import torch
 
+from dragonfarm_core.chat_template import ROLES
 from dragonfarm_core.rewards import Reward, RewardErrors, Scores, score
 from dragonfarm_core.trainers.common import DataError
 from dragonfarm_core.trainers.modeling import lm_head_logits
 from dragonfarm_core.trainers.sft_data import read_rows
 
-ROLES = ("system", "user", "assistant")
 # Added to the group's standard deviation: a group whose rewards are all equal gets advantage 0
 # instead of 0/0 (the value trl's GRPOTrainer uses).
 ADVANTAGE_EPS = 1e-4
@@ -105,18 +105,6 @@ def score_completions(
     last user turn, the completion, the reference, and the row's other columns."""
     return score(rewards, [p.text for p in prompts], completions,
                  [p.reference for p in prompts], [p.fields for p in prompts], errors)  # fmt: skip
-
-
-def stop_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Every token that ends a reply: the model's eos ids, the tokenizer's, ChatML's end."""
-    ids = model.generation_config.eos_token_id
-    found = set(ids if isinstance(ids, list) else [] if ids is None else [ids])
-    if tokenizer.eos_token_id is not None:
-        found.add(tokenizer.eos_token_id)
-    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if "<|im_end|>" in (tokenizer.chat_template or "") and end != tokenizer.unk_token_id:
-        found.add(end)
-    return sorted(found)
 
 
 def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -71,7 +71,9 @@ def load_model(spec: ModelSpec, placement: Placement, load_in_4bit: bool) -> Any
             quantization_config=_quantization(placement), device_map={"": placement.device}
         )
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        # Typed as the Module it is used as: transformers types PreTrainedModel.to through
+        # functools.wraps, which mypy reads as taking the model, not a device.
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
             spec.base, revision=spec.revision, trust_remote_code=spec.trust_remote_code, **kwargs
         )
     except LOAD_ERRORS as exc:
@@ -105,7 +107,8 @@ def add_lora(
     targets = "all-linear" if lora.target_modules == "auto" else list(lora.target_modules)
     config = LoraConfig(
         r=lora.r,
-        lora_alpha=lora.alpha,
+        # peft annotates lora_alpha as int but only divides it by r: a float alpha works as given.
+        lora_alpha=lora.alpha,  # type: ignore[arg-type]
         lora_dropout=lora.dropout,
         target_modules=targets,
         bias="none",

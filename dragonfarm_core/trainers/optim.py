@@ -47,7 +47,8 @@ class Optimization:
     @property
     def lr(self) -> float:
         """The learning rate the next step uses."""
-        return self.scheduler.get_last_lr()[0]
+        # torch types the rates as float | Tensor (a tensor lr is allowed); ours is a float.
+        return float(self.scheduler.get_last_lr()[0])
 
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from dragonfarm_core.chat_template import ROLES
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers import sft_data
@@ -57,12 +58,12 @@ def _check_messages(value: Any, field: str, last_role: str, where: str) -> list[
     for m in value:
         if (
             not isinstance(m, dict)
-            or m.get("role") not in sft_data.ROLES
+            or m.get("role") not in ROLES
             or not isinstance(m.get("content"), str)
         ):
             raise DataError(
                 f"{where}: each message in {field!r} needs a role "
-                f"({', '.join(sft_data.ROLES)}) and a text content; got {str(m)[:120]}."
+                f"({', '.join(ROLES)}) and a text content; got {str(m)[:120]}."
             )
     if value[-1]["role"] != last_role:
         raise DataError(

@@ -16,10 +16,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from dragonfarm_core.chat_template import ROLES
 from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers.common import DataError, ModelLoadError
 
-ROLES = ("system", "user", "assistant")
 IGNORE = -100
 
 

@@ -113,3 +113,25 @@ def test_in_memory_sources_say_what_to_provide():
 def test_bad_variable_name():
     with pytest.raises(ValueError, match="not a Python variable name"):
         dataset_code({"source": None, "mapping": None}, var="my ds")
+
+
+def test_runs_dir_argument_is_left_out_for_the_configured_runs_dir(tmp_path):
+    from dragonfarm_core.data.codegen import runs_dir_argument
+    from dragonfarm_core.rundir import location
+
+    other = tmp_path / "elsewhere"
+    previous = location.set_runs_dir(tmp_path)
+    try:
+        assert runs_dir_argument(tmp_path) is None
+        assert runs_dir_argument(other) == f"runs_dir={json.dumps(str(other))}"
+    finally:
+        location.set_runs_dir(previous)
+
+
+def test_portable_code_names_the_example_file_by_its_function():
+    from dragonfarm_core.data.codegen import literal, portable
+    from dragonfarm_core.data.example import EXAMPLE_FILE
+
+    code = f"ds = dragon.dataset({literal(str(EXAMPLE_FILE))})"
+    assert portable(code) == "ds = dragon.dataset(dragon.example_data())"
+    assert portable('dragon.dataset("/data/x.csv")') == 'dragon.dataset("/data/x.csv")'

@@ -18,7 +18,7 @@ from openai import OpenAI
 from test_serve import Scripted, serve_in_thread
 
 from dragonfarm_core import http_guard
-from dragonfarm_core.serve import build_app, main
+from dragonfarm_core.serve import build_api, main
 
 CONTEXT = 2048
 HI = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}]}
@@ -38,7 +38,7 @@ def served(model_dir):
     backend = Scripted()
     hosts = http_guard.allowed_hosts("127.0.0.1", "api.example")
     server, thread, url = serve_in_thread(
-        build_app(str(model_dir), backend=backend, name="tiny", allowed_hosts=hosts)
+        build_api(str(model_dir), backend=backend, name="tiny", allowed_hosts=hosts)
     )
     yield url.removesuffix("/v1"), server.servers[0].sockets[0].getsockname()[1], backend
     server.should_exit = True
@@ -78,7 +78,7 @@ def test_loopback_same_origin_and_added_names_work(served):
 
 def test_a_name_from_the_environment_is_answered_to(model_dir, monkeypatch):
     monkeypatch.setenv(http_guard.ALLOWED_HOSTS_ENV, "env.example")
-    server, thread, url = serve_in_thread(build_app(str(model_dir), backend=Scripted()))
+    server, thread, url = serve_in_thread(build_api(str(model_dir), backend=Scripted()))
     try:
         r = httpx.get(f"{url}/models", headers={"Host": "env.example"})
         assert r.status_code == 200
@@ -123,7 +123,7 @@ def test_unknown_context_falls_back_to_a_fixed_cap(tmp_path):
     from dragonfarm_core.serve import FALLBACK_CONTEXT
 
     (tmp_path / "config.json").write_text("{}")
-    server, thread, url = serve_in_thread(build_app(str(tmp_path), backend=Scripted(), name="m"))
+    server, thread, url = serve_in_thread(build_api(str(tmp_path), backend=Scripted(), name="m"))
     try:
         body = {**HI, "model": "m", "max_tokens": FALLBACK_CONTEXT + 1}
         r = post(url.removesuffix("/v1"), body)

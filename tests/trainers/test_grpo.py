@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
+from dragonfarm_core.chat_template import stop_ids
 from dragonfarm_core.data import dataset
 from dragonfarm_core.rewards import Reward, reward
 from dragonfarm_core.rundir import create, files
@@ -168,7 +169,7 @@ def test_logprobs_cover_completion_tokens_only_and_ignore_padding(tiny):
 
 def test_rollout_samples_a_group_per_prompt_in_one_call(tiny):
     model, tokenizer = tiny
-    stop = rl.stop_ids(model, tokenizer)
+    stop = stop_ids(model, tokenizer)
     assert tokenizer.convert_tokens_to_ids("<|im_end|>") in stop
     model.train()
     torch.manual_seed(0)
@@ -194,7 +195,7 @@ def test_rewards_reach_the_progress_columns(tiny, tiny_model_dir):
     prompts = [rl.Prompt([{"role": "user", "content": f"Ticket {i}"}], None, {}) for i in range(4)]
     ids, _ = rl.encode_prompts(tokenizer, prompts, 64)
     settings = grpo.ReinforceArgs(group_size=3, beta=0.1, temperature=1.0, max_new_tokens=5)
-    task = grpo.Task(prompts, ids, rewards, settings, tokenizer, rl.stop_ids(model, tokenizer),
+    task = grpo.Task(prompts, ids, rewards, settings, tokenizer, stop_ids(model, tokenizer),
                      grpo.RewardErrors())  # fmt: skip
     opt = build_optimization(model, TrainArgs(learning_rate=1e-3), ExtraArgs(), 10, torch.float32)
     metrics = grpo.grpo_step(model, task, [[0, 1], [2, 3]], opt)

@@ -10,7 +10,6 @@ from pathlib import Path
 import pandas as pd
 
 import dragonfarm_core as dragon
-from ui.context import bundled_model
 from ui.tabs import data, mapping, model
 
 
@@ -27,13 +26,13 @@ def slots(**values: str) -> list[str]:
 
 
 def test_data_panel_code_runs(qa_csv: Path, uploads_dir: Path):
-    ds = data.load_upload(str(qa_csv), bundled_model(), uploads_dir, 10)[0]
-    rebuilt = run_snippet(data.data_code(ds, bundled_model()))["ds"]
+    ds = data.load_upload(str(qa_csv), dragon.ResolvedModel.bundled(), uploads_dir, 10)[0]
+    rebuilt = run_snippet(data.data_code(ds, dragon.ResolvedModel.bundled()))["ds"]
     assert rebuilt.source == ds.source and rebuilt.frame.equals(ds.frame)
 
 
 def test_example_data_panel_code_runs():
-    code = data.load_example(bundled_model())[4]
+    code = data.load_example(dragon.ResolvedModel.bundled())[4]
     assert run_snippet(code)["ds"].source == dragon.example_data()
 
 

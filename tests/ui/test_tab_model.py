@@ -10,14 +10,15 @@ import pytest
 
 import dragonfarm_core
 from dragonfarm_core.models import BUNDLED_MODEL_ID
-from ui.context import bundled_model
 from ui.tabs import model
 
 SKIP = gr.skip()
 
 
 def test_a_local_model_folder_becomes_the_choice(chat_model):
-    chosen, text, code, error = model.choose_model(chat_model.base, "", bundled_model())
+    chosen, text, code, error = model.choose_model(
+        chat_model.base, "", dragonfarm_core.ResolvedModel.bundled()
+    )
     assert chosen.base == chat_model.base and error == ""
     assert chat_model.base in text
     assert f'dragon.resolve_model("{chat_model.base}")' in code
@@ -25,7 +26,9 @@ def test_a_local_model_folder_becomes_the_choice(chat_model):
 
 def test_a_wrong_name_keeps_the_current_model(tmp_path: Path):
     with pytest.warns(UserWarning):
-        out = model.choose_model(str(tmp_path / "no such model"), "", bundled_model())
+        out = model.choose_model(
+            str(tmp_path / "no such model"), "", dragonfarm_core.ResolvedModel.bundled()
+        )
     assert out[:3] == (SKIP,) * 3
     assert "neither a local folder nor a Hugging Face model id" in out[3]
     assert f"Keeping {BUNDLED_MODEL_ID}" in out[3]
@@ -36,7 +39,9 @@ def test_an_unreachable_hub_says_so_and_keeps_the_bundled_model(monkeypatch, tmp
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.warns(UserWarning):
-        out = model.choose_model("Qwen/Qwen2.5-0.5B-Instruct", "main", bundled_model())
+        out = model.choose_model(
+            "Qwen/Qwen2.5-0.5B-Instruct", "main", dragonfarm_core.ResolvedModel.bundled()
+        )
     assert out[0] == SKIP
     assert "could not be downloaded" in out[3] and "bundled model" in out[3]
 

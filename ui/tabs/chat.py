@@ -16,6 +16,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,19 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
-from dragonfarm_core.inference.ollama import DEFAULT_URL as OLLAMA_URL
-from dragonfarm_core.models import ResolvedModel
 from dragonfarm_core.rundir import refs
 from ui import present, watch
-from ui.chat_session import CODE_HINT, NAMES, Session, chat_code, prepare, read_setup, stream, turns
+from ui.chat_session import (
+    CODE_HINT,
+    NAMES,
+    OLLAMA_URL,
+    Session,
+    chat_code,
+    prepare,
+    read_setup,
+    stream,
+    turns,
+)
 from ui.context import AppContext
 
 TITLE = "Chat"
@@ -95,7 +104,7 @@ def converse(
 
 
 def send(
-    session: Session | None, text: str, model: ResolvedModel, *values: Any, runs_dir: Path
+    session: Session | None, text: str, model: dragon.ResolvedModel, *values: Any, runs_dir: Path
 ) -> Iterator[tuple[Any, ...]]:
     """Send -> streamed views: the message goes to every conversation shown, in turn.
     `values` are the setup widgets' values, in `read_setup`'s order after `model`."""
@@ -105,44 +114,45 @@ def send(
         return
     try:
         run = str(refs.resolve_run(run, runs_dir)) if run else run  # refuses one outside
-        session = prepare(session, read_setup(run, model, *rest), runs_dir)
+        ready = prepare(session, read_setup(run, model, *rest), runs_dir)
     except ERRORS as e:
         yield view(session, str(e))  # the message stays in its box
         return
     ask = lambda chat, on_token: chat.say(text, on_token)  # noqa: E731
-    yield from converse(
-        session, list(range(len(session.chats))), ask, f"say({literal(text)})", text
-    )
+    yield from converse(ready, list(range(len(ready.chats))), ask, f"say({literal(text)})", text)
 
 
 def regenerate(session: Session | None, which: int) -> Iterator[tuple[Any, ...]]:
     """Ask again for the latest reply of one conversation, replacing it."""
-    chat = _chat(session, which)
-    if isinstance(chat, str):
-        yield view(session, chat)
+    found = _chat(session, which)
+    if isinstance(found, str):
+        yield view(session, found)
         return
+    live, chat = found
     if not turns(chat):
         yield view(session, "Nothing to regenerate: there is no reply yet.")
         return
-    yield from converse(session, [which], lambda c, on: c.regenerate(on), "regenerate()", None)
+    yield from converse(live, [which], lambda c, on: c.regenerate(on), "regenerate()", None)
 
 
-def _chat(session: Session | None, which: int) -> dragon.Chat | str:
+def _chat(session: Session | None, which: int) -> tuple[Session, dragon.Chat] | str:
+    """The session with its conversation `which`, or the message saying there is none."""
     if session is None or which >= len(session.chats):
         return "No conversation yet: send a message first."
-    return session.chats[which]
+    return session, session.chats[which]
 
 
 def rate(session: Session | None, which: int, verdict: str) -> tuple[Any, ...]:
     """👍 or 👎 on the latest reply, saved as a feedback event."""
-    chat = _chat(session, which)
+    found = _chat(session, which)
+    if isinstance(found, str):
+        return view(session, found)
+    live, chat = found
     try:
-        if isinstance(chat, str):
-            raise ValueError(chat)
         chat.rate(verdict)
     except ERRORS as e:
         return view(session, str(e))
-    session.code.append(f'{NAMES[which]}.rate("{verdict}")')
+    live.code.append(f'{NAMES[which]}.rate("{verdict}")')
     mark = "👍" if verdict == "up" else "👎"
     return view(session, notice=f"{mark} saved for the latest reply of `{chat.model_name}`.")
 
@@ -150,15 +160,16 @@ def rate(session: Session | None, which: int, verdict: str) -> tuple[Any, ...]:
 def add_example(session: Session | None, which: int) -> tuple[Any, ...]:
     """The conversation so far becomes a training example: its latest reply is recorded as
     liked, so `dragon.feedback().sft` holds exactly `chat.as_example()`."""
-    chat = _chat(session, which)
+    found = _chat(session, which)
+    if isinstance(found, str):
+        return view(session, found)
+    live, chat = found
     try:
-        if isinstance(chat, str):
-            raise ValueError(chat)
         example = chat.as_example()
         chat.rate("up")
     except ERRORS as e:
         return view(session, str(e))
-    session.code.append(
+    live.code.append(
         f'{NAMES[which]}.rate("up")  # {NAMES[which]}.as_example() becomes a row of '
         "dragon.feedback().sft"
     )
@@ -172,32 +183,33 @@ def add_example(session: Session | None, which: int) -> tuple[Any, ...]:
 
 def start_edit(session: Session | None, which: int) -> tuple[Any, Any, Any]:
     """Edit -> (edit box with the latest reply, Save edit button, error box)."""
-    chat = _chat(session, which)
-    if isinstance(chat, str) or not turns(chat):
-        message = chat if isinstance(chat, str) else "Nothing to edit: there is no reply yet."
+    found = _chat(session, which)
+    if isinstance(found, str) or not turns(found[1]):
+        message = found if isinstance(found, str) else "Nothing to edit: there is no reply yet."
         return gr.skip(), gr.skip(), present.error_html(message)
-    reply = turns(chat)[-1]["content"]
+    reply = turns(found[1])[-1]["content"]
     return gr.update(value=reply, visible=True), gr.update(visible=True), ""
 
 
 def save_edit(session: Session | None, text: str, which: int) -> tuple[Any, ...]:
     """Save edit -> the view, then (edit box, Save edit button) hidden on success."""
-    chat = _chat(session, which)
+    found = _chat(session, which)
+    if isinstance(found, str):
+        return (*view(session, found), gr.skip(), gr.skip())
+    live, chat = found
     try:
-        if isinstance(chat, str):
-            raise ValueError(chat)
         chat.edit(text)
     except ERRORS as e:
         return (*view(session, str(e)), gr.skip(), gr.skip())  # the edited text stays
-    session.code.append(f"{NAMES[which]}.edit({literal(text)})")
+    live.code.append(f"{NAMES[which]}.edit({literal(text)})")
     shown = view(session, notice=f"Edit saved for `{chat.model_name}`.")
     return (*shown, gr.update(visible=False), gr.update(visible=False))
 
 
 def undo(session: Session | None) -> tuple[Any, ...]:
     """Drop the last exchange of every conversation that has one."""
-    done = [i for i, c in enumerate(session.chats if session else []) if turns(c)]
-    if not done:
+    done = [i for i, c in enumerate(session.chats) if turns(c)] if session else []
+    if session is None or not done:
         return view(session, "Nothing to undo: the conversation has no turns.")
     for i in done:
         session.chats[i].undo()
@@ -207,9 +219,10 @@ def undo(session: Session | None) -> tuple[Any, ...]:
 
 def reset(session: Session | None) -> tuple[Any, ...]:
     """Forget every turn; the next message may go to another run, mode or backend."""
-    for i, chat in enumerate(session.chats if session else []):
-        chat.reset()
-        session.code.append(f"{NAMES[i]}.reset()")
+    if session is not None:
+        for i, chat in enumerate(session.chats):
+            chat.reset()
+            session.code.append(f"{NAMES[i]}.reset()")
     return view(session)
 
 
@@ -254,7 +267,22 @@ def follow(runs_dir: Path, selected: str | None) -> Any:
     return gr.update(choices=choices, value=selected)
 
 
-def _column(i: int) -> dict[str, gr.Component]:
+@dataclass(frozen=True)
+class Column:
+    """One conversation's widgets: its chatbot, the buttons under it and the edit box."""
+
+    column: gr.Column
+    bot: gr.Chatbot
+    up: gr.Button
+    down: gr.Button
+    again: gr.Button
+    edit: gr.Button
+    example: gr.Button
+    box: gr.Textbox
+    save: gr.Button
+
+
+def _column(i: int) -> Column:
     with gr.Column(visible=i == 0) as column:
         bot = gr.Chatbot(
             label="Chat" if i == 0 else "Base model", height=420, elem_id=f"chat-bot-{i}"
@@ -269,8 +297,7 @@ def _column(i: int) -> dict[str, gr.Component]:
             label="Edit the latest reply", lines=3, visible=False, elem_id=f"chat-edit-box-{i}"
         )
         save = gr.Button("Save edit", size="sm", visible=False, elem_id=f"chat-edit-save-{i}")
-    return {"column": column, "bot": bot, "up": up, "down": down, "again": again,
-            "edit": edit, "example": example, "box": box, "save": save}  # fmt: skip
+    return Column(column, bot, up, down, again, edit, example, box, save)
 
 
 def build(ctx: AppContext) -> None:
@@ -321,7 +348,7 @@ def build(ctx: AppContext) -> None:
     )  # fmt: skip
     session, seen = gr.State(None), gr.State(None)
 
-    shown = [columns[0]["bot"], columns[1]["bot"], session, message, notice, usage, code, error]
+    shown = [columns[0].bot, columns[1].bot, session, message, notice, usage, code, error]
     setup = [picker, mode, backend, url, served, key, ollama_model, ollama_url, system]
     setup += [max_new, temperature, top_p, window]
     talk = partial(send, runs_dir=ctx.runs_dir)
@@ -331,15 +358,13 @@ def build(ctx: AppContext) -> None:
     clear.click(reset, session, shown)
     keep.click(save_transcript, session, [*shown, transcript])
     for i, col in enumerate(columns):
-        col["up"].click(partial(rate, which=i, verdict="up"), session, shown)
-        col["down"].click(partial(rate, which=i, verdict="down"), session, shown)
-        col["again"].click(partial(regenerate, which=i), session, shown)
-        col["example"].click(partial(add_example, which=i), session, shown)
-        col["edit"].click(partial(start_edit, which=i), session, [col["box"], col["save"], error])
-        col["save"].click(
-            partial(save_edit, which=i), [session, col["box"]], [*shown, col["box"], col["save"]]
-        )
-    mode.change(lambda m: gr.update(visible=m == "both"), mode, columns[1]["column"])
+        col.up.click(partial(rate, which=i, verdict="up"), session, shown)
+        col.down.click(partial(rate, which=i, verdict="down"), session, shown)
+        col.again.click(partial(regenerate, which=i), session, shown)
+        col.example.click(partial(add_example, which=i), session, shown)
+        col.edit.click(partial(start_edit, which=i), session, [col.box, col.save, error])
+        col.save.click(partial(save_edit, which=i), [session, col.box], [*shown, col.box, col.save])
+    mode.change(lambda m: gr.update(visible=m == "both"), mode, columns[1].column)
     backend.change(
         lambda b: (gr.update(visible=b == "server"), gr.update(visible=b == "ollama")),
         backend,

@@ -18,7 +18,6 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import dataset_code
-from dragonfarm_core.models import ResolvedModel
 from ui import present
 from ui.context import AppContext, report_tokenizer
 
@@ -53,7 +52,7 @@ def save_upload(upload: str, uploads_dir: Path, max_upload_mb: int) -> Path:
     return target
 
 
-def data_code(ds: dragon.Dataset, model: ResolvedModel) -> str:
+def data_code(ds: dragon.Dataset, model: dragon.ResolvedModel) -> str:
     """The Python that loads this dataset and prints its report."""
     counted_with = model.name if report_tokenizer(model) else None
     return present.python_code(
@@ -61,7 +60,7 @@ def data_code(ds: dragon.Dataset, model: ResolvedModel) -> str:
     )
 
 
-def _loaded(ds: dragon.Dataset, model: ResolvedModel) -> tuple[Any, ...]:
+def _loaded(ds: dragon.Dataset, model: dragon.ResolvedModel) -> tuple[Any, ...]:
     summary = present.dataset_summary(ds.name, ds.format, len(ds), ds.columns)
     report = ds.report(tokenizer=report_tokenizer(model)).to_markdown()
     return ds, present.table_preview(ds.frame), summary, report, data_code(ds, model), ""
@@ -74,7 +73,7 @@ def _refused(message: str) -> tuple[Any, ...]:
 
 
 def load_upload(
-    upload: str | None, model: ResolvedModel, uploads_dir: Path, max_upload_mb: int
+    upload: str | None, model: dragon.ResolvedModel, uploads_dir: Path, max_upload_mb: int
 ) -> tuple[Any, ...]:
     """Uploaded file -> (dataset, table, summary, report, code, error box)."""
     if not upload:
@@ -85,7 +84,7 @@ def load_upload(
         return _refused(str(e))
 
 
-def load_example(model: ResolvedModel) -> tuple[Any, ...]:
+def load_example(model: dragon.ResolvedModel) -> tuple[Any, ...]:
     """The bundled support tickets -> (dataset, table, summary, report, code, error box)."""
     try:
         return _loaded(dragon.dataset(dragon.example_data()), model)
@@ -94,7 +93,7 @@ def load_example(model: ResolvedModel) -> tuple[Any, ...]:
 
 
 def show_report(
-    ds: dragon.Dataset | None, mapped: dragon.Dataset | None, model: ResolvedModel
+    ds: dragon.Dataset | None, mapped: dragon.Dataset | None, model: dragon.ResolvedModel
 ) -> str:
     """The mapped dataset's report (per mapped field) when there is one, else the raw one."""
     current = mapped if mapped is not None else ds

@@ -17,7 +17,7 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core.data.codegen import literal
+from dragonfarm_core.data.codegen import literal, runs_dir_argument
 from dragonfarm_core.feedback_store import (
     EVENTS_FILE,
     feedback_dir,
@@ -26,8 +26,6 @@ from dragonfarm_core.feedback_store import (
     read_events,
     sft_rows,
 )
-from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.rundir import location
 from ui import present
 from ui.context import AppContext
 
@@ -73,11 +71,10 @@ def tick(runs_dir: Path, seen: Any) -> tuple[Any, ...]:
 
 
 def feedback_call(runs_dir: Path) -> str:
-    where = runs_dir != location.configured_runs_dir()
-    return f"fb = dragon.feedback({f'runs_dir={literal(str(runs_dir))}' if where else ''})"
+    return f"fb = dragon.feedback({runs_dir_argument(runs_dir) or ''})"
 
 
-def feedback_code(kind: str, runs_dir: Path, records: Any, model: ResolvedModel) -> str:
+def feedback_code(kind: str, runs_dir: Path, records: Any, model: dragon.ResolvedModel) -> str:
     """fb = dragon.feedback(...); then training on what was built, from the run people rated."""
     runs = [r for r in records["run"].dropna() if r] if len(records) else []
     start = f"dragon.open_run({literal(runs[-1])})" if runs else literal(model.name)
@@ -89,18 +86,18 @@ def feedback_code(kind: str, runs_dir: Path, records: Any, model: ResolvedModel)
     return present.python_code("\n".join(lines))
 
 
-def build_data(kind: str, runs_dir: Path, model: ResolvedModel) -> tuple[Any, ...]:
+def build_data(kind: str, runs_dir: Path, model: dragon.ResolvedModel) -> tuple[Any, ...]:
     """Build -> (mapped dataset for the Train tab, message, code, error, table, counts, seen)."""
     try:
         fb = dragon.feedback(runs_dir)
     except (ValueError, OSError) as e:
         return gr.skip(), "", gr.skip(), present.error_html(str(e)), *show(runs_dir)
     data = fb.sft if kind == "sft" else fb.pairs
+    path = fb.sft_path if kind == "sft" else fb.pairs_path
     name, unit, _ = WHAT[kind]
-    if data is None:
+    if data is None or path is None:  # feedback() writes the file exactly when it builds data
         problem = f"No {name} yet: that needs at least one {unit}."
         return gr.skip(), "", gr.skip(), present.error_html(problem), *show(runs_dir)
-    path = fb.sft_path if kind == "sft" else fb.pairs_path
     rows = f"{len(data)} row{'' if len(data) == 1 else 's'}"
     told = (
         f"Built the {name}: **{rows}** in `{Path(path).name}`. The Train tab now trains on it "

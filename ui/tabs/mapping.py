@@ -22,8 +22,6 @@ from dragonfarm_core.chat_template import (
     render,
 )
 from dragonfarm_core.data.codegen import dataset_code, literal
-from dragonfarm_core.data.preview import preview_messages
-from dragonfarm_core.models import ResolvedModel
 from ui import present
 from ui.context import AppContext, report_tokenizer
 
@@ -106,19 +104,22 @@ def conversations_from_column(ds: dragon.Dataset, column: str) -> dragon.Dataset
 
 
 def map_dataset(ds: dragon.Dataset, kind: str, slots: dict[str, str]) -> dragon.Dataset:
-    """One call of the public API per kind; empty optional slots are left out."""
-    given = {name: text or None for name, text in slots.items()}
+    """One call of the public API per kind; empty optional slots are left out.
+
+    The required slots (REQUIRED_BY_KIND) are filled: `remap` checks that before calling.
+    """
+    optional = {name: slots[name] or None for name in ("system", "reference")}
     if kind == "sft":
-        return ds.map(given["prompt"], given["response"], system=given["system"])
+        return ds.map(slots["prompt"], slots["response"], system=optional["system"])
     if kind == "pairs":
-        return ds.map_pairs(given["prompt"], given["chosen"], given["rejected"], given["system"])
+        return ds.map_pairs(slots["prompt"], slots["chosen"], slots["rejected"], optional["system"])
     if kind == "prompts":
-        return ds.map_prompts(given["prompt"], given["reference"], system=given["system"])
+        return ds.map_prompts(slots["prompt"], optional["reference"], system=optional["system"])
     return conversations_from_column(ds, slots["messages"])
 
 
 def mapping_code(
-    ds: dragon.Dataset, mapped: dragon.Dataset, column: str, model: ResolvedModel
+    ds: dragon.Dataset, mapped: dragon.Dataset, column: str, model: dragon.ResolvedModel
 ) -> str:
     """The Python that builds `mapped`, previews it and prints its report."""
     counted_with = model.name if report_tokenizer(model) else None
@@ -139,42 +140,34 @@ def mapping_code(
 
 
 def preview_segments(
-    messages: list[dict[str, str]], template: str, tokens: dict[str, str]
+    record: dict[str, Any], template: str, tokens: dict[str, str]
 ) -> list[present.Segment]:
-    """One previewed record as (text, kind) segments: masked context, then what is learned."""
-    turns = [m for m in messages if m["role"] in ("system", "user", "assistant")]
-    extra = {
-        m["role"]: m["content"]
-        for m in messages
-        if m["role"] not in ("system", "user", "assistant")
-    }
-    if "chosen" in extra:
-        context, chosen = learned_span(
-            template, [*turns, {"role": "assistant", "content": extra["chosen"]}], **tokens
-        )
-        _, rejected = learned_span(
-            template, [*turns, {"role": "assistant", "content": extra["rejected"]}], **tokens
-        )
-        return [(context, "masked"), (chosen, "learned"), (rejected, "rejected")]
-    if turns[-1]["role"] == "assistant":
-        context, learned = learned_span(template, turns, **tokens)
+    """One training record (any kind, as data/records.py shapes it) as (text, kind) segments:
+    the masked context, then what is learned (or the prompt and its reference answer)."""
+    if "messages" in record:  # sft and conversations: the last turn is the assistant's
+        context, learned = learned_span(template, record["messages"], **tokens)
         return [(context, "masked"), (learned, "learned")]
-    segments = [(render(template, turns, add_generation_prompt=True, **tokens), "masked")]
-    if "reference" in extra:
-        segments.append((extra["reference"], "reference"))
+    prompt = record["prompt"]
+    if "chosen" in record:
+        context, chosen = learned_span(template, [*prompt, *record["chosen"]], **tokens)
+        _, rejected = learned_span(template, [*prompt, *record["rejected"]], **tokens)
+        return [(context, "masked"), (chosen, "learned"), (rejected, "rejected")]
+    segments = [(render(template, prompt, add_generation_prompt=True, **tokens), "masked")]
+    if record.get("reference") is not None:
+        segments.append((record["reference"], "reference"))
     return segments
 
 
-def preview_html(mapped: dragon.Dataset, model: ResolvedModel) -> str:
+def preview_html(mapped: dragon.Dataset, model: dragon.ResolvedModel) -> str:
     """The first rows through the model's chat template, learned part highlighted."""
     template, tokens = load_chat_template(model.base)
     records = mapped.rendered().records[:PREVIEW_N]
-    examples = [preview_segments(m, template, tokens) for m in preview_messages(records)]
+    examples = [preview_segments(r, template, tokens) for r in records]
     return present.chat_preview_html(examples, model.name)
 
 
 def remap(
-    ds: dragon.Dataset | None, model: ResolvedModel, kind: str, *texts: str
+    ds: dragon.Dataset | None, model: dragon.ResolvedModel, kind: str, *texts: str
 ) -> tuple[Any, ...]:
     """Slots -> (mapped dataset, preview HTML, report, code, error box)."""
     slots = {name: (text or "").strip() for name, text in zip(SLOTS, texts, strict=True)}

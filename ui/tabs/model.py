@@ -18,7 +18,6 @@ import gradio as gr
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.environment import format_check
-from dragonfarm_core.models import ResolvedModel, is_bundled
 from ui import present
 from ui.context import AppContext
 
@@ -36,11 +35,11 @@ def model_code(name: str, revision: str | None) -> str:
     )
 
 
-def describe(model: ResolvedModel) -> str:
-    return present.model_markdown(model.name, model.base, model.revision, is_bundled(model.name))
+def describe(model: dragon.ResolvedModel) -> str:
+    return present.model_markdown(model.name, model.base, model.revision, model.is_bundled)
 
 
-def choose_model(name: str, revision: str, current: ResolvedModel) -> tuple[Any, ...]:
+def choose_model(name: str, revision: str, current: dragon.ResolvedModel) -> tuple[Any, ...]:
     """Model name and revision -> (model state, description, code, error box)."""
     try:
         chosen = dragon.resolve_model(name, revision=revision.strip() or None)
