@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from queue_watch import watch_runs
 
 from dragonfarm_core.rundir import files, queue
 from dragonfarm_core.rundir.run import Run
@@ -25,22 +26,6 @@ not_on_apple = pytest.mark.skipif(sys.platform == "darwin", reason="auto is mps 
 def no_gpu(monkeypatch):
     """This process and its trainers see no GPU, whatever the machine has."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-
-
-def _watch(runs: list[Run], timeout: float = 60) -> tuple[list[str], int]:
-    """Poll until all runs end: (order in which they started running, most running at once)."""
-    order: list[str] = []
-    most = 0
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        states = {run.id: run.state for run in runs}
-        running = [rid for rid, state in states.items() if state == "running"]
-        most = max(most, len(running))
-        order += [rid for rid in running if rid not in order]
-        if all(s not in files.ACTIVE_STATES for s in states.values()):
-            return order, most
-        time.sleep(0.02)
-    raise AssertionError(f"runs still active after {timeout} s: {states}")
 
 
 def test_auto_is_the_cpu_on_a_machine_without_a_gpu(monkeypatch):
@@ -90,7 +75,7 @@ def test_cpu_and_auto_runs_of_two_runs_dirs_take_turns_in_submission_order(
             [(cpu, runs_root), (auto, other), (auto, runs_root), (cpu, other)]
         )
     ]
-    order, most = _watch(runs)
+    order, most = watch_runs(runs)
     assert most == 1
     assert order == [run.id for run in runs]
     assert [run.state for run in runs] == ["succeeded"] * 4

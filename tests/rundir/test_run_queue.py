@@ -7,8 +7,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from queue_watch import watch_runs
 
 from dragonfarm_core.rundir import files, launch
 from dragonfarm_core.rundir.run import Run
@@ -18,28 +19,12 @@ from dragonfarm_core.training import train
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _watch(runs: list[Run], timeout: float = 30) -> tuple[list[str], int]:
-    """Poll until all runs end: (order in which they started running, most running at once)."""
-    order: list[str] = []
-    most = 0
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        states = {run.id: run.state for run in runs}
-        running = [rid for rid, state in states.items() if state == "running"]
-        most = max(most, len(running))
-        order += [rid for rid in running if rid not in order]
-        if all(s not in files.ACTIVE_STATES for s in states.values()):
-            return order, most
-        time.sleep(0.02)
-    raise AssertionError(f"runs still active after {timeout} s: {states}")
-
-
 def test_runs_wait_their_turn_in_submission_order(runs_root, sft_data, model_dir, monkeypatch):
     monkeypatch.setenv("FAKE_TRAINER_STEPS", "4")
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.1")
     runs = [train(sft_data, str(model_dir), name=f"r{i}", runs_dir=runs_root) for i in range(3)]
     assert [run.state for run in runs[1:]] == ["queued", "queued"]
-    order, most = _watch(runs)
+    order, most = watch_runs(runs)
     assert order == [run.id for run in runs]
     assert most == 1
     assert [run.state for run in runs] == ["succeeded"] * 3
@@ -51,7 +36,7 @@ def test_max_concurrent_lets_two_run_at_once(runs_root, sft_data, model_dir, mon
     monkeypatch.setenv("FAKE_TRAINER_STEPS", "6")
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.1")
     runs = [train(sft_data, str(model_dir), name=f"r{i}", runs_dir=runs_root) for i in range(3)]
-    order, most = _watch(runs)
+    order, most = watch_runs(runs)
     assert most == 2 and order[-1] == runs[2].id
 
 
