@@ -84,8 +84,12 @@ PIPELINES_DIR = "pipelines"
 UPLOADS_DIR = "uploads"
 # A folder the old per-runs-dir queue kept its lock in; still never a run.
 LOCKS_DIR = ".locks"
+# The response cache of judges and teachers (dragonfarm_core.llm): one JSON file per answer.
+LLM_CACHE_DIR = "llm_cache"
 # Names in runs_dir that are never runs.
-RESERVED = frozenset({ARCHIVED_DIR, FEEDBACK_DIR, PIPELINES_DIR, UPLOADS_DIR, JOBS_DIR, LOCKS_DIR})
+RESERVED = frozenset(
+    {ARCHIVED_DIR, FEEDBACK_DIR, PIPELINES_DIR, UPLOADS_DIR, JOBS_DIR, LOCKS_DIR, LLM_CACHE_DIR}
+)
 
 # How often, and how far apart, read_status reads a status.json that does not parse.
 STATUS_READ_TRIES = 3
