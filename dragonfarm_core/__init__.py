@@ -28,6 +28,7 @@ from dragonfarm_core.data import (
 )
 from dragonfarm_core.environment import check
 from dragonfarm_core.evaluation import EvaluationJob, evaluate, start_evaluation
+from dragonfarm_core.export import merge
 from dragonfarm_core.feedback_store import feedback
 from dragonfarm_core.generation import generate
 from dragonfarm_core.inference import (
@@ -38,6 +39,18 @@ from dragonfarm_core.inference import (
     backend_server,
     set_backend,
     worker_stop,
+)
+from dragonfarm_core.llm import (
+    LLM,
+    Reply,
+    judge_anthropic,
+    judge_chatlas,
+    judge_local,
+    judge_openai,
+    llm_anthropic,
+    llm_chatlas,
+    llm_local,
+    llm_openai,
 )
 from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs
 from dragonfarm_core.models import (
@@ -83,6 +96,7 @@ def app(runs_dir: str | os.PathLike[str], profile: str = "local") -> gr.Blocks:
 __all__ = [
     "BUNDLED_MODEL_ID",
     "HOUSE_STYLE_PATTERN",
+    "LLM",
     "Backend",
     "Chat",
     "DataReport",
@@ -95,6 +109,7 @@ __all__ = [
     "Lora",
     "ModelError",
     "PreferenceArgs",
+    "Reply",
     "Reward",
     "ResolvedModel",
     "RewardError",
@@ -122,7 +137,16 @@ __all__ = [
     "example_data",
     "feedback",
     "generate",
+    "judge_anthropic",
+    "judge_chatlas",
+    "judge_local",
+    "judge_openai",
+    "llm_anthropic",
+    "llm_chatlas",
+    "llm_local",
+    "llm_openai",
     "logs",
+    "merge",
     "metric_regex",
     "metrics",
     "open_run",

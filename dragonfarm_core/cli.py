@@ -4,6 +4,7 @@ dragonfarm train DATA --model MODEL --prompt T --response T [--epochs 2 ...] [--
 dragonfarm generate RUN_OR_MODEL PROMPT... [--file prompts.txt]   # replies, printed
 dragonfarm chat RUN_OR_MODEL                     # talk in the terminal (/help lists commands)
 dragonfarm runs | status RUN | cancel RUN | resume RUN [--wait]
+dragonfarm merge RUN [--out DIR]                 # a standalone model folder (plain transformers)
 dragonfarm check | app | serve RUN_OR_MODEL      # the machine, the Gradio app, an OpenAI API
 
 Runs live in --runs-dir, else DRAGONFARM_RUNS_DIR, else ./dragonfarm_runs (as for the app); a
@@ -150,6 +151,19 @@ def _resume(args: argparse.Namespace) -> int:
     return report_finished(run, args.wait, args.runs_dir)
 
 
+def _merge(args: argparse.Namespace) -> int:
+    from dragonfarm_core.export import MergeError, merge_check
+
+    try:
+        path = dragon.merge(open_run(args.run, args.runs_dir), out_dir=args.out)
+    except MergeError as e:
+        print(f"dragonfarm merge: {e}", file=sys.stderr)
+        return 1
+    check = merge_check(path) or {}
+    print(f"Merged into {path} (check: {check.get('prompts')} prompts, greedy tokens identical)")
+    return 0
+
+
 def _generate(args: argparse.Namespace) -> int:
     return cli_talk.generate(args, run_or_model(args.target, args.runs_dir))
 
@@ -213,6 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.choices["resume"].add_argument(
         "--wait", action="store_true", help="follow it to the end; exit 1 unless it succeeds"
     )
+
+    p = _command(sub, "merge", "fold a run's adapters into its base: a standalone model", _merge)
+    p.add_argument("run", metavar="RUN", help="the run's id in the runs dir, or its folder")
+    p.add_argument("--out", default=None, metavar="DIR", help="default: the run's merged/ folder")
+    _runs_dir_flag(p)
 
     p = _command(sub, "check", "report versions, the training device and why", _check)
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
