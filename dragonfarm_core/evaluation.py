@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import os
-import shlex
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -225,20 +224,12 @@ def evaluator_command(run_dir: Path, n_samples: int, job_dir: Path) -> list[str]
 def start_recompute(run: Run, n_samples: int) -> jobs.Job:
     """Start rewriting the run's eval.json and samples.json with its saved adapter, as a job
     in <run>/jobs/evaluate-<time>/ queued for the run's device; returns it at once."""
-    busy = jobs.active_jobs(run.dir, JOB_KIND)
-    if busy:
-        raise RuntimeError(
-            f"Run {run.id} is being evaluated already ({busy[0].dir.name}, {busy[0].state}); "
-            "wait for that evaluation or cancel it."
-        )
-    jobs.prune(run.dir, JOB_KIND, keep=jobs.KEEP_JOBS - 1)
-    job = jobs.open_job(files.new_job_dir(run.dir, JOB_KIND))
-    argv = evaluator_command(run.dir, n_samples, job.dir)
-    # The run's own log keeps its history: what was done to it, and where that job's log is.
-    with open(files.log_path(run.dir), "a", encoding="utf-8") as log:
-        log.write(f"[dragonfarm] {files.now_iso()} evaluate: {shlex.join(argv)}\n")
-    job.start(argv, device=queue.queue_key(run.config), kind=JOB_KIND)
-    return job
+    return jobs.start_on_run(
+        run.dir,
+        JOB_KIND,
+        lambda job_dir: evaluator_command(run.dir, n_samples, job_dir),
+        device=queue.queue_key(run.config),
+    )
 
 
 @dataclass(frozen=True, eq=False)

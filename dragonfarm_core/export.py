@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import os
-import shlex
 import shutil
 import sys
 from dataclasses import dataclass
@@ -228,19 +227,14 @@ def start_merge(
     dest = (default_out_dir(run.dir) if out_dir is None else Path(out_dir)).expanduser()
     dest = dest.resolve()
     check_replaceable(dest, run.dir)
-    busy = jobs.active_jobs(run.dir, JOB_KIND)
-    if busy:
-        raise MergeError(
-            f"Run {run.id} is being merged already ({busy[0].dir.name}, {busy[0].state}); wait "
-            "for that merge or cancel it."
-        )
-    jobs.prune(run.dir, JOB_KIND, keep=jobs.KEEP_JOBS - 1)
-    job = jobs.open_job(files.new_job_dir(run.dir, JOB_KIND))
-    argv = merge_command(run.dir, dest, job.dir)
-    # The run's own log keeps its history: what was done to it, and where that job's log is.
-    with open(files.log_path(run.dir), "a", encoding="utf-8") as log:
-        log.write(f"[dragonfarm] {files.now_iso()} merge: {shlex.join(argv)}\n")
-    job.start(argv, device=queue.queue_key(run.config), kind=JOB_KIND, out_dir=str(dest))
+    job = jobs.start_on_run(
+        run.dir,
+        JOB_KIND,
+        lambda job_dir: merge_command(run.dir, dest, job_dir),
+        device=queue.queue_key(run.config),
+        error=MergeError,
+        out_dir=str(dest),
+    )
     return MergeJob(run, dest, job)
 
 

@@ -386,6 +386,36 @@ def prune(run_dir: str | os.PathLike[str], kind: str, keep: int = KEEP_JOBS) -> 
 # --- the job's own process ------------------------------------------------------------------
 
 
+def start_on_run(
+    run_dir: str | os.PathLike[str],
+    kind: str,
+    command: Callable[[Path], list[str]],
+    *,
+    device: str | None,
+    error: type[Exception] = RuntimeError,
+    **status_fields: Any,
+) -> Job:
+    """Start a `kind` job on a run (an evaluation, a merge, ...) in <run>/jobs/<kind>-<time>/;
+    returns it at once. `command(job_dir)` gives its argv. One job of a kind per run at a time
+    (a second raises `error`); older finished ones are pruned. The run's own log gets a line
+    naming the command, so it keeps the history of what was done to the run.
+    """
+    run_dir = Path(run_dir)
+    busy = active_jobs(run_dir, kind)
+    if busy:
+        raise error(
+            f"Run {run_dir.name} has a {kind} job in progress already ({busy[0].dir.name}, "
+            f"{busy[0].state}); wait for it or cancel it."
+        )
+    prune(run_dir, kind, keep=KEEP_JOBS - 1)
+    job = open_job(files.new_job_dir(run_dir, kind))
+    argv = command(job.dir)
+    with open(files.log_path(run_dir), "a", encoding="utf-8") as log:
+        log.write(f"[dragonfarm] {files.now_iso()} {kind}: {shlex.join(argv)}\n")
+    job.start(argv, device=device, kind=kind, **status_fields)
+    return job
+
+
 def run_job(
     job_dir: str | os.PathLike[str],
     work: Callable[[], object],

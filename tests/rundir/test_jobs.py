@@ -188,3 +188,23 @@ def test_a_run_with_a_job_in_progress_is_not_started_moved_or_deleted_blind(
         store.delete_run(run_dir)
     assert store.delete_run(run_dir, force=True) == run_dir.name  # cancels the job first
     assert not run_dir.exists() and job.state is None
+
+
+def test_one_job_of_a_kind_per_run_with_the_runs_log_naming_it(tmp_path, wait_for):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+
+    def command(steps: str):
+        return lambda job_dir: [sys.executable, FAKE_JOB, str(job_dir), "--steps", steps]
+
+    first = jobs.start_on_run(run_dir, "merge", command("500"), device=None)
+    assert first.dir.parent == run_dir / files.JOBS_DIR and first.dir.name.startswith("merge-")
+    with pytest.raises(ValueError, match="has a merge job in progress already"):
+        jobs.start_on_run(run_dir, "merge", command("1"), device=None, error=ValueError)
+    other = jobs.start_on_run(run_dir, "evaluate", command("1"), device=None)  # another kind
+    assert other.wait(timeout=30)["state"] == "succeeded"
+    first.cancel(timeout=30)
+    again = jobs.start_on_run(run_dir, "merge", command("1"), device=None)
+    assert again.wait(timeout=30)["state"] == "succeeded"
+    logged = files.log_path(run_dir).read_text()
+    assert logged.count(" merge: ") == 2 and str(again.dir) in logged
