@@ -229,17 +229,6 @@ def samples_table(samples: Sequence[dict[str, Any]]) -> pd.DataFrame:
     )
 
 
-def settings_call(settings: Any) -> str | None:
-    """`dragon.Lora(r=8)` for the fields that differ from the defaults; None when none do."""
-    cls, default = type(settings), type(settings)()
-    parts = [
-        f"{f.name}={literal(getattr(settings, f.name))}"
-        for f in dataclasses.fields(cls)
-        if f.name != "extra" and getattr(settings, f.name) != getattr(default, f.name)
-    ]
-    return f"dragon.{cls.__name__}({', '.join(parts)})" if parts else None
-
-
 def reward_settings_text(reward: Any) -> str:
     """A reward's own settings, e.g. 'pattern="^T-", case_sensitive=True' ('' for none)."""
     skip = {"type", "weight", "name"}
