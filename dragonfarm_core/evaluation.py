@@ -290,13 +290,9 @@ class EvaluationJob:
             raise RuntimeError(
                 f"Evaluating run {self.run.id} is still {state}; wait for it (.wait())."
             )
-        tail = "\n".join(status.get("log_tail") or self.logs(30))
-        if state == "cancelled":
-            message = f"Evaluating run {self.run.id} was cancelled."
-        else:
-            reason, error = status.get("reason") or "error", status.get("error") or "see the log"
-            message = f"Evaluating run {self.run.id} failed ({reason}): {error}"
-        raise RuntimeError(f"{message}\nLast lines of the log:\n{tail}" if tail else message)
+        ended = "was cancelled." if state == "cancelled" else jobs.failure(status)
+        message = f"Evaluating run {self.run.id} {ended}"
+        raise RuntimeError(jobs.with_log_tail(message, status, self.job) if self.job else message)
 
 
 def start_evaluation(

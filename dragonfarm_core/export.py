@@ -205,15 +205,13 @@ class MergeJob:
         state = status.get("state")
         if state == "succeeded" and is_complete(self.out_dir):
             return self.out_dir
-        tail = "\n".join(status.get("log_tail") or self.logs(30))
         if state == "cancelled":
             message = f"Merging run {self.run.id} was cancelled; {self.out_dir} is unchanged."
         elif state == "succeeded":
             message = f"Merging run {self.run.id} ended, but {self.out_dir} is not complete."
         else:
-            reason, error = status.get("reason") or "error", status.get("error") or "see the log"
-            message = f"Merging run {self.run.id} failed ({reason}): {error}"
-        raise MergeError(f"{message}\nLast lines of the log:\n{tail}" if tail else message)
+            message = f"Merging run {self.run.id} {jobs.failure(status)}"
+        raise MergeError(jobs.with_log_tail(message, status, self.job))
 
 
 def start_merge(

@@ -386,6 +386,18 @@ def prune(run_dir: str | os.PathLike[str], kind: str, keep: int = KEEP_JOBS) -> 
 # --- the job's own process ------------------------------------------------------------------
 
 
+def failure(status: dict[str, Any]) -> str:
+    """How a job that did not succeed ended, for an error message: 'failed (error): ...'."""
+    reason, error = status.get("reason") or "error", status.get("error") or "see the log"
+    return f"failed ({reason}): {error}"
+
+
+def with_log_tail(message: str, status: dict[str, Any], job: Job) -> str:
+    """`message` followed by the last lines of the job's log (the status's, else read now)."""
+    tail = "\n".join(status.get("log_tail") or job.logs(30))
+    return f"{message}\nLast lines of the log:\n{tail}" if tail else message
+
+
 def start_on_run(
     run_dir: str | os.PathLike[str],
     kind: str,
