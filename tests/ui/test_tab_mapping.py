@@ -145,3 +145,33 @@ def test_jsonl_conversations_are_read_with_dragon_conversations(tmp_path: Path, 
     )
     assert error == "" and mapped.source == str(path.resolve())
     assert f'dragon.conversations("{path.resolve()}")' in code
+
+
+def test_two_chips_in_a_row_are_separated():
+    prompt, response = mapping.SLOTS.index("prompt"), mapping.SLOTS.index("response")
+    out = mapping.insert_column("prompt", "Détails", *texts(prompt="{Ticket Title}"))
+    assert out[prompt] == "{Ticket Title}\n\n{Détails}"
+    out = mapping.insert_column("response", "b", *texts(response="{a}"))
+    assert out[response] == "{a} {b}"
+    out = mapping.insert_column("prompt", "b", *texts(prompt="{a}\n"))
+    assert out[prompt] == "{a}\n{b}"  # the user's own separator is kept
+
+
+def test_one_queued_listener_remaps_for_every_input(tmp_path: Path):
+    """Each slot used to have its own remap listener; they ran side by side and the last to
+    finish won, so a stale "Fill in response..." could overwrite the preview. Now one listener
+    takes every trigger, one request at a time, in the order they were made."""
+    from ui import layout
+
+    app = layout.build_app(tmp_path / "runs")
+    remaps = [d for d in app.fns.values() if d.fn is mapping.remap]
+    assert len(remaps) == 1
+    dep = remaps[0]
+    assert dep.concurrency_limit == 1 and dep.concurrency_id == mapping.REMAP_QUEUE
+    assert dep.trigger_mode == "always_last"
+    ids = {block._id: block for block in app.blocks.values()}
+    triggered = {(ids[block_id].elem_id, event) for block_id, event in dep.targets}
+    boxes = {(f"mapping-{name}", "change") for name in mapping.SLOTS}
+    assert boxes | {("mapping-kind", "change")} <= triggered
+    # ...and the dataset and model states: every change event the preview depends on.
+    assert [event for _, event in dep.targets].count("change") == len(boxes) + 3

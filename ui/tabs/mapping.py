@@ -56,6 +56,14 @@ SLOT_LABELS = {
     "messages": "Messages column (each cell a JSON list of {role, content})",
 }
 CODE_HINT = "# Map the columns; the Python that builds this dataset appears here."
+REMAP_QUEUE = "mapping-remap"
+
+
+# What goes between two chips in a row: a blank line in the multi-line slots (a title then a
+# body, as in the manual's "{subject}\n\n{body}"), a space in the others, so two columns never
+# run together as "{Ticket Title}{Details}". After typed text the chip goes right where the
+# cursor was ("{question} (" + "{topic}").
+CHIP_SEPARATOR = {"prompt": "\n\n", "system": "\n\n"}
 
 
 def insert_column(target: str, column: str | None, *texts: str) -> tuple[Any, ...]:
@@ -63,10 +71,13 @@ def insert_column(target: str, column: str | None, *texts: str) -> tuple[Any, ..
     if not column or target not in SLOTS:
         return (gr.skip(),) * (len(SLOTS) + 1)
     i = SLOTS.index(target)
-    # The messages slot names a column, it is not a template.
-    piece = column if target == "messages" else "{" + column + "}"
-    updated = [gr.skip()] * len(SLOTS)
-    updated[i] = (texts[i] or "") + piece
+    updated: list[Any] = [gr.skip()] * len(SLOTS)
+    if target == "messages":  # the messages slot names a column, it is not a template
+        updated[i] = column
+        return (*updated, None)
+    text = texts[i] or ""
+    separator = CHIP_SEPARATOR.get(target, " ") if text.endswith("}") else ""
+    updated[i] = text + separator + "{" + column + "}"
     return (*updated, None)
 
 
@@ -230,13 +241,23 @@ def build(ctx: AppContext) -> None:
                 elem_id="mapping-code",
             )
 
-    remap_inputs = [ctx.dataset, ctx.model, kind, *boxes]
-    remap_outputs = [ctx.mapped, preview, report, code, error]
     for name, box in zip(SLOTS, boxes, strict=True):
         # Runs in the browser only: focusing a slot makes it the chips' target.
         box.focus(None, None, target, js=f"() => {json.dumps(name)}")
-        box.change(remap, remap_inputs, remap_outputs, trigger_mode="always_last")
     chips.input(insert_column, [target, chips, *boxes], [*boxes, chips])
-    kind.change(show_slots, kind, [*boxes, target]).then(remap, remap_inputs, remap_outputs)
-    ctx.dataset.change(show_columns, ctx.dataset, chips).then(remap, remap_inputs, remap_outputs)
-    ctx.model.change(remap, remap_inputs, remap_outputs)
+    kind.change(show_slots, kind, [*boxes, target])
+    ctx.dataset.change(show_columns, ctx.dataset, chips)
+    # One listener for every input the preview depends on, one at a time, newest last: with a
+    # listener per slot, each remapped from the slots as they were when it fired and the last
+    # to finish won, so a quick second slot could be overwritten by "Fill in response..."
+    # from the first. Queued in order, the newest request (which reads every slot) runs last;
+    # `always_last` drops the stale ones waiting behind a running remap.
+    gr.on(
+        [*(box.change for box in boxes), kind.change, ctx.dataset.change, ctx.model.change],
+        remap,
+        [ctx.dataset, ctx.model, kind, *boxes],
+        [ctx.mapped, preview, report, code, error],
+        trigger_mode="always_last",
+        concurrency_limit=1,
+        concurrency_id=REMAP_QUEUE,
+    )
