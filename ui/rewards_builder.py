@@ -21,7 +21,7 @@ import dragonfarm_core as dragon
 from dragonfarm_core.rewards import TYPES, Reward, RewardError, reward_names
 from dragonfarm_core.rewards.checks import OPTIONS
 from ui import present
-from ui.settings_form import field_widget
+from ui.settings_form import field_widget, optional_number
 
 REWARD_TYPES = {
     "exact": "exact: equals the reference answer",
@@ -88,11 +88,14 @@ def build_reward(reward_type: str, weight: float | None, name: str | None, *valu
     for field, value in zip(REWARD_OPTIONS, values, strict=True):
         if field.name not in OPTIONS[reward_type]:
             continue
+        hint = hints[field.name]
+        optional = type(None) in typing.get_args(hint)
+        if optional and {int, float} & set(typing.get_args(hint)) and isinstance(value, str):
+            value = optional_number(Reward, field, hint, value)  # a text box: "" is None
         if isinstance(value, str):
             value = value.strip()
-        optional = type(None) in typing.get_args(hints[field.name])
         if value is None or value == "" or (optional and value == 0):
-            continue  # empty box (Gradio sends an emptied number box as 0)
+            continue  # empty box (an emptied number box arrives as 0)
         if field.name in ("keys", "words"):
             value = tuple(part.strip() for part in value.split(",") if part.strip())
         options[field.name] = value

@@ -55,6 +55,11 @@ def field_widget(
         lo, hi = meta.get("min"), meta.get("max")
         if lo is not None and hi is not None:
             kwargs["info"] += f" ({_limit(lo)} to {_limit(hi)})"
+        if _optional(hint):
+            # Gradio's number box shows an empty value as 0 ("Max steps: 0" beside "empty: run
+            # all epochs"), so a field that may be empty is a text box; read_group parses it.
+            text = "" if default is None else _limit(default).replace(",", "")
+            return gr.Textbox(value=text, placeholder="empty", max_lines=1, **kwargs)
         # The limits go in the help text, not in minimum/maximum: Gradio would refuse every
         # half-typed value ("0" on the way to "0.001") with an anonymous toast, where the
         # dataclass names the field in the Train tab's error box.
@@ -86,9 +91,28 @@ def _optional(hint: Any) -> bool:
     return type(None) in typing.get_args(hint)
 
 
+def optional_number(cls: type, field: dataclasses.Field, hint: Any, text: str) -> Any:
+    """The text box of an `int | None` or `float | None` field: empty is None."""
+    text = text.strip().replace(",", "").replace("_", "")
+    if not text:
+        return None
+    whole = float not in typing.get_args(hint)
+    try:
+        return int(text) if whole else float(text)
+    except ValueError:
+        kind = "a whole number" if whole else "a number"
+        raise SettingsError(
+            f"{cls.__name__}.{field.name} ({field.metadata['label']}) is {text!r}; "
+            f"enter {kind}, or leave it empty."
+        ) from None
+
+
 def _field_value(cls: type, field: dataclasses.Field, hint: Any, value: Any) -> Any:
+    numbers = {int, float} & set(typing.get_args(hint))
+    if _optional(hint) and numbers and isinstance(value, str):
+        return optional_number(cls, field, hint, value)
     if _optional(hint) and value == 0 and not isinstance(value, bool):
-        return None  # Gradio sends an emptied number box as 0; here that means "none"
+        return None  # an emptied number box arrives as 0; here that means "none"
     if value is None and not _optional(hint):
         raise SettingsError(
             f"{cls.__name__}.{field.name} ({field.metadata['label']}) is empty; enter a value."

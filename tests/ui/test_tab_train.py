@@ -126,7 +126,9 @@ def test_widgets_come_from_the_dataclass_fields():
     assert by_name["seed"].info.endswith("(0 to 4,294,967,295)")
     assert rank.precision == 0 and rank.value == Lora().r
     assert by_name["learning_rate"].precision is None
-    assert by_name["max_steps"].value is None  # optional: empty means all epochs
+    # Optional: empty means all epochs. A text box, as Gradio's number box shows empty as 0.
+    steps = by_name["max_steps"]
+    assert isinstance(steps, gr.Textbox) and steps.value == "" and steps.placeholder == "empty"
     assert isinstance(by_name["device"], gr.Dropdown)
     assert [c[1] for c in by_name["device"].choices] == ["auto", "cuda", "mps", "cpu"]
     assert isinstance(by_name["gradient_checkpointing"], gr.Checkbox)
@@ -147,8 +149,18 @@ def test_widget_values_turn_back_into_the_dataclasses():
     assert lora == Lora(r=8, target_modules=("q_proj", "v_proj"))
     assert args == TrainArgs(max_steps=40, batch_size=2)
     assert hardware == Hardware(device="cpu")
-    # Gradio sends an emptied number box as 0: for the optional max_steps that is "no limit".
-    assert train.read_settings(with_values(max_steps=0)[: train.N_SETTINGS])[1].max_steps is None
+    # The optional max_steps arrives as text from its box: empty is "no limit".
+    for text, steps in (("", None), (" 40 ", 40), ("1,000", 1000)):
+        assert (
+            train.read_settings(with_values(max_steps=text)[: train.N_SETTINGS])[1].max_steps
+            == steps
+        )
+    with pytest.raises(
+        SettingsError, match=r"TrainArgs.max_steps \(Max steps\) is 'ten'; enter a whole"
+    ):
+        train.read_settings(with_values(max_steps="ten")[: train.N_SETTINGS])
+    with pytest.raises(SettingsError, match="max_steps"):
+        train.read_settings(with_values(max_steps="0")[: train.N_SETTINGS])
 
 
 def test_bad_values_are_refused_naming_the_field():
@@ -324,6 +336,17 @@ def test_dpo_starts_prefer_and_its_code_is_the_runs_code(pairs, model, runs_dir:
 # ---- the rewards builder ----------------------------------------------------------------------
 
 
+def test_an_optional_number_is_read_from_its_text_box():
+    length = rewards_builder.build_reward("length", 0.5, "", *reward_values(max_chars=" 300 "))
+    assert length == dragon.reward("length", weight=0.5, max_chars=300)
+    empty = reward_values(min_chars=10, max_chars="")  # an empty box is "not set"
+    assert rewards_builder.build_reward("length", 0.5, "", *empty) == dragon.reward(
+        "length", weight=0.5, min_chars=10
+    )
+    out = rewards_builder.add_reward([], "length", 0.5, "", *reward_values(max_chars="lots"))
+    assert "Reward.max_chars" in out[-1] and "whole number" in out[-1]
+
+
 def test_the_builder_shows_the_fields_each_reward_type_reads():
     names = [f.name for f in rewards_builder.REWARD_OPTIONS]
     with gr.Blocks():
@@ -332,7 +355,8 @@ def test_the_builder_shows_the_fields_each_reward_type_reads():
     by_name = dict(zip(names, widgets, strict=True))
     assert [n for n, w in by_name.items() if w.visible] == ["pattern", "case_sensitive"]
     assert isinstance(by_name["mode"], gr.Radio) and by_name["mode"].choices[1][1] == "all"
-    assert isinstance(by_name["max_chars"], gr.Number) and by_name["max_chars"].precision == 0
+    # May be empty, so a text box (Gradio's number box would show empty as 0).
+    assert isinstance(by_name["max_chars"], gr.Textbox) and by_name["max_chars"].value == ""
     assert isinstance(by_name["case_sensitive"], gr.Checkbox)
     shown = lambda t: [  # noqa: E731
         n for n, u in zip(names, rewards_builder.show_reward_fields(t), strict=True) if u["visible"]
