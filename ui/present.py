@@ -333,8 +333,8 @@ def context_usage_markdown(name: str, usage: Any) -> str:
 
 # Keyed by (kind, verdict) as an event holds them: either may be missing (None).
 FEEDBACK_KINDS: dict[tuple[str | None, str | None], str] = {
-    ("rating", "up"): "👍",
-    ("rating", "down"): "👎",
+    ("rating", "up"): "👍 good",
+    ("rating", "down"): "👎 bad",
     ("edit", None): "edited",
 }
 
@@ -363,7 +363,7 @@ def feedback_table(events: Sequence[dict[str, Any]]) -> pd.DataFrame:
 def feedback_counts(events: Sequence[dict[str, Any]], n_sft: int, n_pairs: int) -> str:
     """'3 👍 · 1 👎 · 2 edited → 4 SFT rows, 1 preference pair'."""
     kinds = [FEEDBACK_KINDS.get((e.get("kind"), e.get("verdict"))) for e in events]
-    liked, disliked, edited = (kinds.count(k) for k in ("👍", "👎", "edited"))
+    liked, disliked, edited = (kinds.count(k) for k in ("👍 good", "👎 bad", "edited"))
     pairs = f"{n_pairs} preference pair{'' if n_pairs == 1 else 's'}"
     return (
         f"**{len(events)} feedback events:** {liked} liked 👍 · {disliked} disliked 👎 · "

@@ -82,7 +82,7 @@ def test_chat_with_a_trained_run_rate_edit_and_see_the_feedback(
     page.get_by_role("tab", name="Feedback").click()
     records = page.locator("#feedback-records")
     expect(records).to_contain_text(EDITED, timeout=WAIT_MS)
-    expect(records).to_contain_text("👎")
+    expect(records).to_contain_text("👎 bad")
     expect(records).to_contain_text("My thermostat keeps dropping off Wi-Fi.")
     expect(page.locator("#feedback-counts")).to_contain_text("2 feedback events")
     expect(page.locator("#feedback-counts")).to_contain_text("1 SFT row")

@@ -142,7 +142,7 @@ def test_both_side_by_side_asks_the_run_then_its_base(backend, run, chat_model, 
     rated = dict(zip(VIEW, chat.rate(end["session"], 1, "down"), strict=False))
     (event,) = read_events(runs_dir)
     assert (event["verdict"], event["base"], event["reply"]) == ("down", True, "base says 2: Hello")
-    assert 'b.rate("down")' in rated["code"] and "👎" in rated["notice"]
+    assert 'b.rate("down")' in rated["code"] and "👎 Bad saved" in rated["notice"]
 
 
 def test_base_mode_needs_a_run(backend, chat_model, runs_dir):

@@ -74,7 +74,7 @@ def test_nothing_yet_says_what_to_do(runs_dir, model):
 def test_records_and_counts(runs_dir):
     rated(runs_dir)
     table, counts, seen = feedback.show(runs_dir)
-    assert list(table["feedback"]) == ["edited", "👎", "edited", "👍"]  # newest first
+    assert list(table["feedback"]) == ["edited", "👎 bad", "edited", "👍 good"]  # newest first
     assert list(table["prompt"]) == ["Refund?", "Refund?", "Where is my order?"] + [
         "Where is my order?"
     ]

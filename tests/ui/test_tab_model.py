@@ -67,7 +67,8 @@ def test_check_summary_is_a_markdown_list(monkeypatch, tmp_path: Path):
         return facts
 
     monkeypatch.setattr(dragonfarm_core, "check", fake_check, raising=False)
-    text = model.run_check(tmp_path)
+    text, code = model.run_check(tmp_path)
+    assert code.strip().endswith("dragon.check()")  # the code panel shows what was run
     assert seen == {"runs_dir": tmp_path, "verbose": False}
     assert text.startswith("- Python 3.11.7") and "- Training device: cpu." in text
     assert "not reachable" in text

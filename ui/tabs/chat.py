@@ -153,7 +153,8 @@ def rate(session: Session | None, which: int, verdict: str) -> tuple[Any, ...]:
     except ERRORS as e:
         return view(session, str(e))
     live.code.append(f'{NAMES[which]}.rate("{verdict}")')
-    mark = "👍" if verdict == "up" else "👎"
+    # Words as well as the emoji: where no emoji font is installed they show as blank boxes.
+    mark = "👍 Good" if verdict == "up" else "👎 Bad"
     return view(session, notice=f"{mark} saved for the latest reply of `{chat.model_name}`.")
 
 
@@ -288,8 +289,8 @@ def _column(i: int) -> Column:
             label="Chat" if i == 0 else "Base model", height=420, elem_id=f"chat-bot-{i}"
         )
         with gr.Row():
-            up = gr.Button("👍", size="sm", min_width=40, elem_id=f"chat-up-{i}")
-            down = gr.Button("👎", size="sm", min_width=40, elem_id=f"chat-down-{i}")
+            up = gr.Button("👍 Good", size="sm", min_width=80, elem_id=f"chat-up-{i}")
+            down = gr.Button("👎 Bad", size="sm", min_width=80, elem_id=f"chat-down-{i}")
             again = gr.Button("Regenerate", size="sm", elem_id=f"chat-regenerate-{i}")
             edit = gr.Button("Edit", size="sm", elem_id=f"chat-edit-{i}")
             example = gr.Button("Add as training example", size="sm", elem_id=f"chat-example-{i}")

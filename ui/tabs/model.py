@@ -56,9 +56,13 @@ def pick_preset(event: gr.SelectData) -> str:
     return str(row[0]) if row else gr.skip()
 
 
-def run_check(runs_dir: Path) -> str:
-    """`dragon.check()` as a markdown list."""
-    return present.check_markdown(format_check(dragon.check(runs_dir=runs_dir, verbose=False)))
+CHECK_CODE = "import dragonfarm_core as dragon\n\ndragon.check()\n"
+
+
+def run_check(runs_dir: Path) -> tuple[str, str]:
+    """`dragon.check()` as a markdown list, and the code panel showing that call."""
+    facts = present.check_markdown(format_check(dragon.check(runs_dir=runs_dir, verbose=False)))
+    return facts, CHECK_CODE
 
 
 def build(ctx: AppContext) -> None:
@@ -94,4 +98,4 @@ def build(ctx: AppContext) -> None:
 
     presets.select(pick_preset, None, name)
     use.click(choose_model, [name, revision, ctx.model], [ctx.model, current, code, error])
-    check.click(partial(run_check, ctx.runs_dir), None, facts)
+    check.click(partial(run_check, ctx.runs_dir), None, [facts, code])
