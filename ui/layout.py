@@ -161,4 +161,10 @@ def launch(
         mcp_server=False,
         footer_links=["api", "settings"],
         show_error=True,
+        # Gradio's own start-up lines end with "set `share=True`", an option this app does
+        # not have (the host checks would refuse the share tunnel anyway): say where it is.
+        quiet=True,
+        prevent_thread_lock=True,
     )
+    print(f"dragonfarm: open {app.local_url} in a browser (Ctrl+C stops the app)", flush=True)
+    app.block_thread()

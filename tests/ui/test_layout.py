@@ -46,3 +46,31 @@ def test_runs_folder_flag_then_environment_then_default(monkeypatch, tmp_path: P
     monkeypatch.setenv("DRAGONFARM_RUNS_DIR", str(tmp_path / "env"))
     assert app_runs_dir(None, local) == tmp_path / "env"
     assert app_runs_dir(tmp_path / "flag", local) == tmp_path / "flag"
+
+
+def test_app_py_says_where_it_is_and_offers_no_share_link(tmp_path: Path):
+    """Gradio's start-up text suggests `share=True`, which this app does not offer."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parents[2]
+    argv = [sys.executable, "app.py", "--runs-dir", str(tmp_path / "runs"), "--port", str(port)]
+    log = tmp_path / "app.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, cwd=root, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while "in a browser" not in log.read_text() and proc.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    text = log.read_text()
+    assert f"dragonfarm: open http://127.0.0.1:{port}/ in a browser" in text
+    assert "share" not in text.lower()
