@@ -86,6 +86,7 @@ class AppContext:
     mapped: gr.State  # dragon.Dataset with a mapping, or None. Written by the Mapping tab.
     model: gr.State  # ResolvedModel chosen for training and previews. Written by the Model tab.
     run: gr.State  # the selected run's directory (str), or None.
+    tabs: gr.Tabs | None = None  # the app's tabs, so a handler can move the user on to one
 
     @property
     def uploads_dir(self) -> Path:

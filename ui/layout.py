@@ -12,6 +12,7 @@ Gradio's `app_kwargs`), and keeps Gradio's uploads in a folder of its own.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import inspect
 import os
 import shutil
@@ -130,7 +131,8 @@ def build_app(runs_dir: str | os.PathLike[str], profile: str | Profile = "local"
         ctx = new_context(folder, chosen)
         gr.Markdown(HEADER, elem_id="df-header")
         gr.Markdown(f"Runs are saved in `{folder}`", elem_id="df-runs-dir")
-        with gr.Tabs():
+        with gr.Tabs() as tabs:
+            ctx = dataclasses.replace(ctx, tabs=tabs)
             for tab in TABS:
                 with gr.Tab(tab.TITLE, id=tab.__name__.rsplit(".", 1)[-1]):
                     tab.build(ctx)

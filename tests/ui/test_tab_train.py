@@ -544,3 +544,20 @@ def test_the_dry_run_says_what_is_missing(mapped, prompts, model, tmp_path: Path
     )
     assert "Warning: Reward 'custom' failed on 12 of 12" in summary
     assert "ZeroDivisionError" in summary
+
+
+def test_after_start_the_monitor_is_one_click_away(tmp_path: Path):
+    from ui import layout
+
+    assert train.offer_monitor("")["visible"] is True
+    assert train.offer_monitor('<div class="df-error">no</div>')["visible"] is False
+    app = layout.build_app(tmp_path / "runs")
+    ids = {block._id: block for block in app.blocks.values()}
+    [dep] = [d for d in app.fns.values() if d.fn is train.open_monitor]
+    assert [(ids[b].elem_id, event) for b, event in dep.targets] == [
+        ("train-open-monitor", "click")
+    ]
+    [tabs] = [b for b in app.blocks.values() if isinstance(b, gr.Tabs)]
+    assert [o._id for o in dep.outputs] == [tabs._id]
+    assert train.open_monitor().selected == train.MONITOR_TAB
+    assert train.MONITOR_TAB in {t.id for t in app.blocks.values() if isinstance(t, gr.Tab)}

@@ -57,6 +57,7 @@ NO_PARENT = "(none: start from the model chosen in the Model tab)"
 CODE_HINT = "# Map a dataset in the Mapping tab; the Python that trains on it appears here."
 NO_REWARDS_HINT = "# Add a reward in the rewards builder; the Python that starts GRPO appears here."
 PARENT_HINT = "# Pick the run to continue from in the list; the Python for it appears here."
+MONITOR_TAB = "monitor"  # the Monitor tab's id: its module name (ui/layout.py)
 DRY_RUN_PROMPTS = 3
 START_ERRORS = (ValueError, TypeError, OSError, RuntimeError)
 
@@ -231,6 +232,15 @@ def start(
     return str(run.dir), started, present.portable_code(dragon.code(run)), ""
 
 
+def offer_monitor(error: str | None) -> Any:
+    """After Start: the way on to the Monitor, shown when the run started."""
+    return gr.update(visible=not error)
+
+
+def open_monitor() -> Any:
+    return gr.Tabs(selected=MONITOR_TAB)
+
+
 def parent_choices(runs_dir: Path) -> list[tuple[str, str]]:
     """Succeeded runs, newest first, as (label, run folder) for the "continue from" picker."""
     table = dragon.runs(runs_dir)
@@ -279,6 +289,9 @@ def build(ctx: AppContext) -> None:
         hardware_widgets = settings_widgets(Hardware)
     go = gr.Button("Start training", variant="primary", elem_id="train-start")
     started = gr.Markdown(elem_id="train-started")
+    to_monitor = gr.Button(
+        "Watch it in the Monitor →", visible=False, size="sm", elem_id="train-open-monitor"
+    )
     error = gr.HTML(elem_id="train-error")
     code = gr.Code(
         CODE_HINT,
@@ -293,7 +306,11 @@ def build(ctx: AppContext) -> None:
     # The order `read_spec` reads them in: Lora, TrainArgs, Hardware, then GRPO's ReinforceArgs.
     values = [*lora_widgets, *args_widgets, *hardware_widgets, *rl_widgets]
     inputs = [ctx.mapped, ctx.model, method, parent, name, beta, builder.rewards, *values]
-    go.click(partial(start, runs_dir=ctx.runs_dir), inputs, [ctx.run, started, code, error])
+    go.click(partial(start, runs_dir=ctx.runs_dir), inputs, [ctx.run, started, code, error]).then(
+        offer_monitor, error, to_monitor
+    )
+    if ctx.tabs is not None:
+        to_monitor.click(open_monitor, None, ctx.tabs)
     gr.on(
         [w.change for w in inputs],  # type: ignore[attr-defined]  # every input has .change
         partial(preview_code, runs_dir=ctx.runs_dir),
