@@ -9,7 +9,7 @@ the names it is reached by through a proxy or from another machine.
 import argparse
 
 from dragonfarm_core.http_guard import ALLOWED_HOSTS_HELP
-from ui.context import PROFILES
+from dragonfarm_core.profiles import profile_names
 from ui.layout import launch
 
 
@@ -18,7 +18,7 @@ def main() -> None:
     parser.add_argument("--runs-dir", default=None)
     parser.add_argument("--host", default=None)
     parser.add_argument("--port", type=int, default=7860)
-    parser.add_argument("--profile", default=None, choices=sorted(PROFILES))
+    parser.add_argument("--profile", default=None, choices=profile_names())
     parser.add_argument("--allowed-hosts", default=None, metavar="NAMES", help=ALLOWED_HOSTS_HELP)
     args = parser.parse_args()
     try:

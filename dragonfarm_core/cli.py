@@ -28,9 +28,10 @@ import dragonfarm_core as dragon
 from dragonfarm_core import cli_talk, cli_train
 from dragonfarm_core.http_guard import ALLOWED_HOSTS_HELP
 from dragonfarm_core.inference import InferenceError
+from dragonfarm_core.profiles import profile_names
 from dragonfarm_core.rundir import files, location
 
-DEFAULT_RUNS_DIR = "dragonfarm_runs"  # the app's, for the local profile (ui/context.py)
+DEFAULT_RUNS_DIR = "dragonfarm_runs"  # the local profile's (dragonfarm_core/profiles.py)
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):
@@ -241,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"${location.ENV_VAR}, else the profile's (./{DEFAULT_RUNS_DIR} locally)")  # fmt: skip
     p.add_argument("--host", default=None, help="default: the profile's (127.0.0.1 locally)")
     p.add_argument("--port", type=int, default=7860, help="the port to listen on")
-    p.add_argument("--profile", default=None, choices=["local", "lab", "spaces"],
+    p.add_argument("--profile", default=None, choices=profile_names(),
                    help="defaults for where it runs (default: local)")  # fmt: skip
     p.add_argument("--allowed-hosts", default=None, metavar="NAMES", help=ALLOWED_HOSTS_HELP)
     sub.add_parser(

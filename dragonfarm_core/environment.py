@@ -164,10 +164,21 @@ def check(runs_dir: str | os.PathLike[str] | None = None, verbose: bool = True) 
         "free_disk_gb": round(shutil.disk_usage(probe_at).free / 2**30, 1),
         "hf_token_configured": _hf_token_configured(),
         "hub_reachable": _hub_reachable(),
+        "profile": _profile(),
     }
     if verbose:
         print(format_check(facts))
     return facts
+
+
+def _profile() -> str:
+    """The app's profile as DRAGONFARM_PROFILE selects it, and what it turns off."""
+    from dragonfarm_core.profiles import get_profile
+
+    try:
+        return get_profile().summary()
+    except ValueError as e:
+        return str(e)
 
 
 def format_check(facts: dict[str, Any]) -> str:
@@ -186,6 +197,8 @@ def format_check(facts: dict[str, Any]) -> str:
             f"bf16 {'yes' if gpu['bf16'] else 'no'}"
         )
     lines.append(f"Runs directory: {facts['runs_dir']} ({facts['free_disk_gb']} GB free)")
+    if facts.get("profile"):
+        lines.append(f"App: {facts['profile']}")
     lines.append(
         "Hugging Face token: "
         + (

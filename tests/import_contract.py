@@ -57,6 +57,7 @@ APP_FACING: dict[str, str] = {
     "dragonfarm_core.rewards": "the rewards builder: reward types and their names",
     "dragonfarm_core.rewards.checks": "the rewards builder: each reward type's options",
     "dragonfarm_core.rundir.store": "the Runs tab: which runs continue from a run, before delete",
+    "dragonfarm_core.profiles": "the deployment profile: what the pages may offer, where runs live",
 }
 
 # Rule 1, for now: files whose other internal imports are tolerated until their owner has

@@ -25,9 +25,10 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from dragonfarm_core import http_guard
+from dragonfarm_core.profiles import Profile, get_profile, runs_dir_for
 from dragonfarm_core.rundir.files import UPLOADS_DIR
 from dragonfarm_core.upload_caps import UploadCaps
-from ui.context import Profile, app_runs_dir, get_profile, new_context
+from ui.context import new_context
 from ui.tabs import chat, data, evaluate, feedback, mapping, model, monitor, runs, train
 
 TABS = (data, mapping, model, train, monitor, evaluate, chat, feedback, runs)
@@ -119,6 +120,17 @@ class DragonfarmApp(gr.Blocks):
         )
 
 
+def where_runs_go(folder: Path, profile: Profile) -> str:
+    """The header's line: where runs are saved, the active profile and what it turns off."""
+    text = f"Runs are saved in `{folder}` · {profile.summary()}"
+    if profile.ephemeral_runs and folder == Path(profile.default_runs_dir).resolve():
+        text += (
+            "\n\n**This Space has no persistent storage: runs vanish when it restarts.** "
+            "Turn on persistent storage in the Space's settings to keep them."
+        )
+    return text
+
+
 def build_app(runs_dir: str | os.PathLike[str], profile: str | Profile = "local") -> DragonfarmApp:
     """The app as a `gr.Blocks`, keeping its runs (and uploads) in `runs_dir`; `profile` is a
     profile's name or a `Profile` (own upload caps, host names)."""
@@ -130,7 +142,7 @@ def build_app(runs_dir: str | os.PathLike[str], profile: str | Profile = "local"
         app.runs_dir, app.profile = folder, chosen
         ctx = new_context(folder, chosen)
         gr.Markdown(HEADER, elem_id="df-header")
-        gr.Markdown(f"Runs are saved in `{folder}`", elem_id="df-runs-dir")
+        gr.Markdown(where_runs_go(folder, chosen), elem_id="df-runs-dir")
         with gr.Tabs() as tabs:
             ctx = dataclasses.replace(ctx, tabs=tabs)
             for tab in TABS:
@@ -148,7 +160,7 @@ def launch(
 ) -> None:
     """Build the app for the profile and serve it until interrupted."""
     chosen = get_profile(profile)
-    folder = app_runs_dir(runs_dir, chosen)
+    folder = runs_dir_for(runs_dir, chosen)
     server_name = host or chosen.host
     print(f"dragonfarm: runs are saved in {folder}", flush=True)
     app = build_app(folder, chosen.name)

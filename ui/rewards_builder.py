@@ -13,11 +13,13 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import gradio as gr
 
 import dragonfarm_core as dragon
+from dragonfarm_core.profiles import Profile, get_profile
 from dragonfarm_core.rewards import TYPES, Reward, RewardError, reward_names
 from dragonfarm_core.rewards.checks import OPTIONS
 from ui import present
@@ -109,10 +111,14 @@ def _rewards_view(rewards: list[Reward]) -> tuple[Any, Any]:
 
 def add_reward(
     rewards: list[Reward] | None, reward_type: str, weight: float | None, name: str | None,
-    *values: Any,
+    *values: Any, profile: Profile | None = None,
 ) -> tuple[Any, ...]:  # fmt: skip
     """Add -> (rewards, rewards table, remove picker, message). The widgets keep their values,
-    so a similar reward is one change away."""
+    so a similar reward is one change away. A type the profile turns off is refused (the
+    dropdown does not offer it, but an API call can name it)."""
+    refused = (profile or get_profile("local")).reward_refusal(reward_type)
+    if refused:
+        return gr.skip(), gr.skip(), gr.skip(), present.error_html(f"Reward not added: {refused}")
     try:
         added = [*(rewards or []), build_reward(reward_type, weight, name, *values)]
         table, picker = _rewards_view(added)  # two rewards with one name are refused here
@@ -131,13 +137,22 @@ def remove_reward(rewards: list[Reward] | None, which: str | None) -> tuple[Any,
     return (kept, *_rewards_view(kept), "")
 
 
-def build_rewards() -> RewardsBuilder:
+def offered_types(profile: Profile) -> list[tuple[str, str]]:
+    """(label, type) for the reward types this profile allows."""
+    return [(label, t) for t, label in REWARD_TYPES.items() if not profile.reward_refusal(t)]
+
+
+def build_rewards(profile: Profile) -> RewardsBuilder:
     """The rewards builder's widgets, with Add and Remove wired."""
     rewards = gr.State([])
-    gr.Markdown("**Rewards**: each scores a completion; GRPO maximises their weighted sum.")
+    intro = "**Rewards**: each scores a completion; GRPO maximises their weighted sum."
+    off = [t for t in REWARD_TYPES if profile.reward_refusal(t)]
+    if off:
+        intro += f" ({' and '.join(off)} rewards are off here: {profile.off['user_code']})"
+    gr.Markdown(intro)
     with gr.Row():
         reward_type = gr.Dropdown(
-            [(label, t) for t, label in REWARD_TYPES.items()],
+            offered_types(profile),
             value="regex",
             label="Reward type",
             elem_id="train-reward-type",
@@ -177,7 +192,11 @@ def build_rewards() -> RewardsBuilder:
 
     reward_type.change(show_reward_fields, reward_type, options)
     changed = [rewards, table, pick, message]
-    add.click(add_reward, [rewards, reward_type, weight, reward_name, *options], changed)
+    add.click(
+        partial(add_reward, profile=profile),
+        [rewards, reward_type, weight, reward_name, *options],
+        changed,
+    )
     remove.click(remove_reward, [rewards, pick], changed)
     return RewardsBuilder(rewards, dry, [scores, summary, dry_code, message])
 

@@ -8,8 +8,8 @@ import gradio as gr
 import pytest
 
 import dragonfarm_core as dragon
+from dragonfarm_core.profiles import get_profile, runs_dir_for
 from ui import layout
-from ui.context import app_runs_dir, get_profile
 
 
 def test_build_app_has_one_tab_per_module_and_makes_the_uploads_folder(tmp_path: Path):
@@ -42,10 +42,10 @@ def test_runs_folder_flag_then_environment_then_default(monkeypatch, tmp_path: P
     local = get_profile("local")
     monkeypatch.delenv("DRAGONFARM_RUNS_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
-    assert app_runs_dir(None, local) == tmp_path / "dragonfarm_runs"
+    assert runs_dir_for(None, local) == tmp_path / "dragonfarm_runs"
     monkeypatch.setenv("DRAGONFARM_RUNS_DIR", str(tmp_path / "env"))
-    assert app_runs_dir(None, local) == tmp_path / "env"
-    assert app_runs_dir(tmp_path / "flag", local) == tmp_path / "flag"
+    assert runs_dir_for(None, local) == tmp_path / "env"
+    assert runs_dir_for(tmp_path / "flag", local) == tmp_path / "flag"
 
 
 def test_app_py_says_where_it_is_and_offers_no_share_link(tmp_path: Path):

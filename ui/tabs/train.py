@@ -32,6 +32,7 @@ from dragonfarm_core import ResolvedModel
 from dragonfarm_core.codegen import dry_run_code, spec_code
 from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs, ReinforceArgs
 from dragonfarm_core.methods import METHODS
+from dragonfarm_core.profiles import Profile, get_profile
 from dragonfarm_core.rewards import Reward, reward_names
 from dragonfarm_core.rundir import refs
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
@@ -158,13 +159,24 @@ def read_spec(
 # ---- the dry run -------------------------------------------------------------------------------
 
 
+def check_rewards_allowed(rewards: Sequence[Reward] | None, profile: Profile | None) -> None:
+    """Raise ValueError when the profile turns off a reward's type (a command or custom reward
+    on a Space): the builder never offers those, but a call through the API could carry one."""
+    for r in rewards or []:
+        refused = (profile or get_profile("local")).reward_refusal(r.type)
+        if refused:
+            raise ValueError(refused)
+
+
 def dry_run(
     mapped: dragon.Dataset | None, model: ResolvedModel, parent: str | None,
     rewards: list[Reward] | None, *values: Any, backend: Any = None, runs_dir: Path,
+    profile: Profile | None = None,
 ) -> tuple[Any, ...]:  # fmt: skip
     """Dry run -> (score table, summary, code, message): `group_size` completions for each of
     the first DRY_RUN_PROMPTS prompts, sampled as GRPO will, scored by the rewards."""
     try:
+        check_rewards_allowed(rewards, profile)
         parent = parent_run(parent, runs_dir)
         if mapped is None:
             raise ValueError("No mapped dataset yet: map one as prompts in the Mapping tab.")
@@ -219,10 +231,11 @@ def preview_code(
 def start(
     mapped: dragon.Dataset | None, model: ResolvedModel, method: str, parent: str | None,
     name: str | None, beta: float | None, rewards: list[Reward] | None, *values: Any,
-    runs_dir: Path,
+    runs_dir: Path, profile: Profile | None = None,
 ) -> tuple[Any, ...]:  # fmt: skip
     """Start -> (selected run, what started, code, error box). Returns once the run is queued."""
     try:
+        check_rewards_allowed(rewards, profile)
         spec = read_spec(mapped, model, method, parent, name, beta, rewards, values, runs_dir)
         run = dragon.start(spec, runs_dir=runs_dir)
     except START_ERRORS as e:
@@ -280,7 +293,7 @@ def build(ctx: AppContext) -> None:
         (beta,) = settings_widgets(PreferenceArgs)
     with gr.Group(visible=False) as grpo_box:
         rl_widgets = settings_widgets(ReinforceArgs)
-        builder = build_rewards()
+        builder = build_rewards(ctx.profile)
     with gr.Accordion("Training", open=True):
         args_widgets = settings_widgets(TrainArgs)
     with gr.Accordion("LoRA adapter", open=False):
@@ -306,9 +319,11 @@ def build(ctx: AppContext) -> None:
     # The order `read_spec` reads them in: Lora, TrainArgs, Hardware, then GRPO's ReinforceArgs.
     values = [*lora_widgets, *args_widgets, *hardware_widgets, *rl_widgets]
     inputs = [ctx.mapped, ctx.model, method, parent, name, beta, builder.rewards, *values]
-    go.click(partial(start, runs_dir=ctx.runs_dir), inputs, [ctx.run, started, code, error]).then(
-        offer_monitor, error, to_monitor
-    )
+    go.click(
+        partial(start, runs_dir=ctx.runs_dir, profile=ctx.profile),
+        inputs,
+        [ctx.run, started, code, error],
+    ).then(offer_monitor, error, to_monitor)
     if ctx.tabs is not None:
         to_monitor.click(open_monitor, None, ctx.tabs)
     gr.on(
@@ -326,7 +341,11 @@ def build(ctx: AppContext) -> None:
     )
     gr.on([method.change, ctx.mapped.change], kind_note, [method, ctx.mapped], note)
     dry_inputs = [ctx.mapped, ctx.model, parent, builder.rewards, *rl_widgets]
-    builder.dry_run.click(partial(dry_run, runs_dir=ctx.runs_dir), dry_inputs, builder.dry_outputs)
+    builder.dry_run.click(
+        partial(dry_run, runs_dir=ctx.runs_dir, profile=ctx.profile),
+        dry_inputs,
+        builder.dry_outputs,
+    )
     ctx.model.change(describe_model, ctx.model, model_text)
     # Succeeded runs are listed when the picker is opened: no timer for a rarely used list.
     parent.focus(partial(refresh_parents, ctx.runs_dir), [seen, parent], [parent, seen])
