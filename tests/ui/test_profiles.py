@@ -4,21 +4,18 @@ through an API call, a reward that runs the user's code."""
 
 from __future__ import annotations
 
-import sys
 import warnings
 from pathlib import Path
 
 import gradio as gr
 import pytest
+from test_tab_train import reward_values, with_values  # the Train tab's widget values
 
 import dragonfarm_core as dragon
 from dragonfarm_core import environment, profiles
 from dragonfarm_core.profiles import get_profile
 from ui import layout, rewards_builder
 from ui.tabs import train
-
-sys.path.insert(0, str(Path(__file__).parent / "ui"))  # the Train tab tests' widget helpers
-from test_tab_train import reward_values, with_values  # noqa: E402
 
 COMMAND = dragon.reward("command", command=["python", "-c", "print(1)"])
 
