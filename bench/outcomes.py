@@ -1,6 +1,6 @@
-"""python bench/outcomes.py [--stages sft,dpo,grpo] [--runs-dir DIR]
+"""python bench/outcomes.py [--stages sft,dpo,grpo,judged] [--runs-dir DIR]
 
-Does post-training work? Three stages on the bundled model and the example tickets, each
+Does post-training work? Four stages on the bundled model and the example tickets, each
 through the public API exactly as a user would run it, each measured on held-out rows:
 
 - sft: train on the tickets; held-out loss before (step 0: the untrained adapter) and after,
@@ -12,6 +12,10 @@ through the public API exactly as a user would run it, each measured on held-out
 - grpo: replies must open by citing a ticket id like T-1234 (two regex rewards: 0.3 for any
   T-<digits>, 0.7 for a four-digit id); mean held-out reward of greedy replies before (adapter
   off) and after.
+- judged: no labels: the SFT run's own samples ranked by a deterministic house-style judge
+  (`house_judge`, a plain function) into pairs (`synthesize_pairs`), DPO from the SFT run on
+  them (`prefer`), then `judge(dpo, against=sft)` with the same judge on the held-out tickets:
+  wins, ties and losses, and the mean house-style score of each run's greedy replies.
 
 Each stage prints its before/after; the last line holds the key figures as key=value pairs,
 for example `sft_loss_drop=0.41 sft_style=0.92 dpo_pref_acc=0.86 grpo_reward=0.71`.
@@ -188,12 +192,123 @@ def grpo(runs_dir: Path, steps: int = 60) -> dict[str, Any]:
     return out
 
 
-STAGES = {"sft": sft, "dpo": dpo, "grpo": grpo}
+# The house style's parts, each worth points; the whole shape (HOUSE_STYLE_PATTERN) two more.
+STYLE_PARTS = [
+    (re.compile(r"\AHi [^\s,]+,\n\n"), 1),
+    (re.compile(r"Thanks for reaching out about your "), 1),
+    (re.compile(r"^1\. \S", re.M), 1),
+    (re.compile(r"^2\. \S", re.M), 1),
+    (re.compile(r"^3\. \S", re.M), 1),
+    (re.compile(r"Best regards,\nThe Dragonfarm Support Team\s*\Z"), 2),
+    (re.compile(HOUSE_STYLE_PATTERN), 2),
+]
+
+
+def house_style_score(reply: str | None) -> int:
+    """1 (none of the house style) to 10 (all of it, in its exact shape)."""
+    text = (reply or "").strip()
+    return 1 + sum(points for pattern, points in STYLE_PARTS if pattern.search(text))
+
+
+def _between(text: str, start: str, end: str) -> str:
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def house_judge(questions: list[str]) -> list[dict[str, Any]]:
+    """A deterministic judge (a plain function, as `judge=` takes one): it reads the reply, or
+    the two replies, out of each question (judging's templates) and answers as JSON would:
+    a score by `house_style_score`, or the reply that scores higher (a tie when equal)."""
+    answers: list[dict[str, Any]] = []
+    for q in questions:
+        if "[Reply A]\n" in q:
+            a = house_style_score(_between(q, "[Reply A]\n", "\n\n[Reply B]\n"))
+            b = house_style_score(_between(q, "[Reply B]\n", "\n\nAnswer with a JSON"))
+            winner = "A" if a > b else "B" if b > a else "tie"
+            answers.append({"winner": winner, "rationale": f"house style {a} vs {b}"})
+        else:
+            score = house_style_score(_between(q, "[Assistant's reply]\n", "\n\nAnswer with"))
+            answers.append({"score": score, "rationale": "house style"})
+    return answers
+
+
+def judged(
+    runs_dir: Path,
+    sft_epochs: int = 6,
+    n_prompts: int = 64,
+    n_samples: int = 4,
+    epochs: int = 2,
+    temperature: float = 0.7,
+) -> dict[str, Any]:
+    """The loop with no labels: an SFT run samples its own replies, the house-style judge ranks
+    them into pairs (synthesize_pairs), DPO continues from the SFT run on those pairs (prefer),
+    and the same judge compares the two runs' greedy replies on the held-out tickets (judge).
+
+    The samples' temperature matters on a model this small: at 1.0 its replies fall apart
+    (the best of four scored 6 of 10 while its greedy replies average 8), so the pairs would
+    teach it nothing about the replies it actually gives."""
+    start = sft(runs_dir, epochs=sft_epochs)["run"]
+    pairs = dragon.synthesize_pairs(
+        dragon.prompts(start, "train", n=n_prompts),
+        start,
+        judge=house_judge,
+        n_samples=n_samples,
+        temperature=temperature,
+        max_new_tokens=256,
+        runs_dir=runs_dir,
+    )
+    made = pairs.synthesis
+    run = dragon.prefer(
+        pairs.split(0.1),
+        start,
+        method="dpo",
+        beta=0.1,
+        args=dragon.TrainArgs(
+            epochs=epochs,
+            learning_rate=5e-4,
+            batch_size=4,
+            grad_accum=1,
+            max_seq_len=384,
+            logging_steps=5,
+        ),
+        hardware=CPU,
+        runs_dir=runs_dir,
+        n_samples=2,
+        name="outcomes-judged-dpo",
+        wait=True,
+    )
+    held_out = dragon.prompts(start, "eval")
+    verdict = dragon.judge(
+        run, against=start, prompts=held_out, n=len(held_out), judge=house_judge,
+        max_new_tokens=256, progress=False,
+    )  # fmt: skip
+    s, details = verdict.summary, verdict.details
+    out = {
+        "run": run,
+        "pairs": made["kept"],
+        "prompts": made["in"],
+        "wins": s["wins"],
+        "ties": s["ties"],
+        "losses": s["losses"],
+        "position_bias": s["position_bias"],
+        "style_before": sum(map(house_style_score, details["against_reply"])) / len(details),
+        "style_after": sum(map(house_style_score, details["reply"])) / len(details),
+    }
+    print(
+        f"Judged pairs: {made['kept']} pairs from {made['in']} prompts x {n_samples} samples "
+        f"(dropped {', '.join(f'{n} {k}' for k, n in made['dropped'].items() if n) or 'none'}); "
+        f"DPO vs SFT on {s['n']} held-out tickets: {s['wins']}W {s['ties']}T {s['losses']}L; "
+        f"house-style score {out['style_before']:.1f} -> {out['style_after']:.1f} (of 10)",
+        flush=True,
+    )
+    return out
+
+
+STAGES = {"sft": sft, "dpo": dpo, "grpo": grpo, "judged": judged}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stages", default="sft,dpo,grpo")
+    parser.add_argument("--stages", default="sft,dpo,grpo,judged")
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "bench" / "out" / "outcomes")
     opts = parser.parse_args()
     figures: dict[str, float] = {}
@@ -206,6 +321,10 @@ def main() -> None:
                         "sft_style": out["style"]}  # fmt: skip
         elif stage == "dpo":
             figures |= {"dpo_pref_acc_start": out["before"], "dpo_pref_acc": out["after"]}
+        elif stage == "judged":
+            figures |= {"judged_wins": out["wins"], "judged_ties": out["ties"],
+                        "judged_losses": out["losses"], "judged_style_sft": out["style_before"],
+                        "judged_style_dpo": out["style_after"]}  # fmt: skip
         else:
             figures |= {"grpo_reward_start": out["before"], "grpo_reward": out["after"]}
     dragon.worker_stop()

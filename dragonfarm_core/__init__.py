@@ -15,6 +15,7 @@ import os
 from typing import TYPE_CHECKING
 
 from dragonfarm_core.codegen import code
+from dragonfarm_core.compare import compare
 from dragonfarm_core.conversation import Chat, chat, chat_load
 from dragonfarm_core.data import (
     HOUSE_STYLE_PATTERN,
@@ -28,9 +29,11 @@ from dragonfarm_core.data import (
 )
 from dragonfarm_core.environment import check
 from dragonfarm_core.evaluation import EvaluationJob, evaluate, start_evaluation
-from dragonfarm_core.export import merge
+from dragonfarm_core.export import MergeJob, merge, start_merge
+from dragonfarm_core.export_jobs import ExportJob
 from dragonfarm_core.feedback_store import feedback
 from dragonfarm_core.generation import generate
+from dragonfarm_core.gguf import GGUFJob, check_export, export_gguf, start_export_gguf
 from dragonfarm_core.inference import (
     Backend,
     backend,
@@ -40,6 +43,7 @@ from dragonfarm_core.inference import (
     set_backend,
     worker_stop,
 )
+from dragonfarm_core.judgement import Judgement, judge, prompts
 from dragonfarm_core.llm import (
     LLM,
     Reply,
@@ -52,6 +56,7 @@ from dragonfarm_core.llm import (
     llm_local,
     llm_openai,
 )
+from dragonfarm_core.llm_jobs import LLMJob, start_judge
 from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs
 from dragonfarm_core.models import (
     BUNDLED_MODEL_ID,
@@ -60,7 +65,9 @@ from dragonfarm_core.models import (
     presets,
     resolve_model,
 )
+from dragonfarm_core.ollama_export import serve_ollama, start_serve_ollama
 from dragonfarm_core.preference import prefer
+from dragonfarm_core.publishing import publish, start_publish
 from dragonfarm_core.reinforcement import reinforce, test_rewards
 from dragonfarm_core.rewards import Reward, RewardError, reward
 from dragonfarm_core.rundir.location import runs_dir, set_runs_dir
@@ -74,6 +81,14 @@ from dragonfarm_core.rundir.store import (
 )
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from dragonfarm_core.spec import RunSpec
+from dragonfarm_core.synthesis import (
+    SynthesisError,
+    SynthesizedDataset,
+    open_synthesized,
+    start_synthesis,
+    synthesize,
+    synthesize_pairs,
+)
 from dragonfarm_core.task_metrics import metric_regex, metrics
 from dragonfarm_core.training import cancel, logs, progress, resume, start, status, train, wait
 
@@ -97,6 +112,7 @@ __all__ = [
     "BUNDLED_MODEL_ID",
     "HOUSE_STYLE_PATTERN",
     "LLM",
+    "LLMJob",
     "Backend",
     "Chat",
     "DataReport",
@@ -104,9 +120,13 @@ __all__ = [
     "DatasetError",
     "DatasetWarning",
     "EvaluationJob",
+    "ExportJob",
+    "GGUFJob",
     "GrpoArgs",
     "Hardware",
+    "Judgement",
     "Lora",
+    "MergeJob",
     "ModelError",
     "PreferenceArgs",
     "Reply",
@@ -117,6 +137,8 @@ __all__ = [
     "RunFailedError",
     "RunSpec",
     "SettingsError",
+    "SynthesisError",
+    "SynthesizedDataset",
     "TrainArgs",
     "app",
     "archive_run",
@@ -129,14 +151,18 @@ __all__ = [
     "chat",
     "chat_load",
     "check",
+    "check_export",
     "code",
+    "compare",
     "conversations",
     "dataset",
     "delete_run",
     "evaluate",
     "example_data",
+    "export_gguf",
     "feedback",
     "generate",
+    "judge",
     "judge_anthropic",
     "judge_chatlas",
     "judge_local",
@@ -150,7 +176,10 @@ __all__ = [
     "metric_regex",
     "metrics",
     "open_run",
+    "open_synthesized",
     "prefer",
+    "prompts",
+    "publish",
     "presets",
     "progress",
     "reinforce",
@@ -160,10 +189,19 @@ __all__ = [
     "runs",
     "runs_dir",
     "set_backend",
+    "serve_ollama",
     "set_runs_dir",
     "start",
     "start_evaluation",
+    "start_export_gguf",
+    "start_merge",
+    "start_publish",
+    "start_serve_ollama",
+    "start_judge",
+    "start_synthesis",
     "status",
+    "synthesize",
+    "synthesize_pairs",
     "test_rewards",
     "train",
     "unarchive_run",

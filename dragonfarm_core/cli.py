@@ -5,7 +5,10 @@ dragonfarm generate RUN_OR_MODEL PROMPT... [--file prompts.txt]   # replies, pri
 dragonfarm chat RUN_OR_MODEL                     # talk in the terminal (/help lists commands)
 dragonfarm runs | status RUN | cancel RUN | resume RUN [--wait]
 dragonfarm merge RUN [--out DIR]                 # a standalone model folder (plain transformers)
+dragonfarm export-gguf RUN_OR_DIR [--quant q8_0] [--out FILE]   # llama.cpp's GGUF, checked
+dragonfarm publish RUN REPO [--what adapter] [--private]   # to the Hugging Face Hub, with a card
 dragonfarm check | app | serve RUN_OR_MODEL      # the machine, the Gradio app, an OpenAI API
+                                                 # (serve: a merged folder or a GGUF too)
 
 Runs live in --runs-dir, else DRAGONFARM_RUNS_DIR, else ./dragonfarm_runs (as for the app); a
 RUN is a run's id there or its folder. Exit codes: 0 done, 1 a run failed or no reply came,
@@ -165,6 +168,38 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_gguf(args: argparse.Namespace) -> int:
+    from dragonfarm_core.gguf import GGUFError, LlamaCppMissing, describe_check, read_check
+
+    path = Path(args.target).expanduser()
+    source = path if path.is_dir() and not files.is_run_dir(path) else None
+    try:
+        target = source or open_run(args.target, args.runs_dir)
+        out = dragon.export_gguf(target, out_file=args.out, quant=args.quant,
+                                 llama_cpp_dir=args.llama_cpp)  # fmt: skip
+    except (GGUFError, LlamaCppMissing) as e:
+        print(f"dragonfarm export-gguf: {e}", file=sys.stderr)
+        return 1
+    record = read_check(out)
+    size = out.stat().st_size / 2**20
+    print(f"Exported {out} ({size:.1f} MiB); {describe_check(record) if record else 'unchecked'}")
+    return 0
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from dragonfarm_core.publishing import PublishError
+
+    try:
+        url = dragon.publish(open_run(args.run, args.runs_dir), args.repo, what=args.what,
+                             private=args.private, commit_message=args.message,
+                             gguf=not args.no_gguf)  # fmt: skip
+    except PublishError as e:
+        print(f"dragonfarm publish: {e}", file=sys.stderr)
+        return 1
+    print(f"Published at {url}")
+    return 0
+
+
 def _generate(args: argparse.Namespace) -> int:
     return cli_talk.generate(args, run_or_model(args.target, args.runs_dir))
 
@@ -234,6 +269,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, metavar="DIR", help="default: the run's merged/ folder")
     _runs_dir_flag(p)
 
+    p = _command(sub, "export-gguf", "convert a run's merged model (or a model folder) to GGUF "
+                 "with llama.cpp, checked against it", _export_gguf,
+                 epilog="llama.cpp: --llama-cpp, else LLAMA_CPP_DIR, else the cache that "
+                 "scripts/build_llama_cpp.py builds (dragonfarm check says which).")  # fmt: skip
+    p.add_argument("target", metavar="RUN_OR_DIR",
+                   help="a run (merged first if needed) or a merged model folder")  # fmt: skip
+    p.add_argument("--quant", default="q8_0", metavar="TYPE",
+                   help="f16, bf16, q8_0, or a llama-quantize type such as q4_k_m")  # fmt: skip
+    p.add_argument("--out", default=None, metavar="FILE",
+                   help="default: beside the folder, <folder>-<quant>.gguf")  # fmt: skip
+    p.add_argument("--llama-cpp", default=None, metavar="DIR", help="a llama.cpp tree, built")
+    _runs_dir_flag(p)
+
+    p = _command(sub, "publish", "upload a run's model to the Hugging Face Hub, with a model card",
+                 _publish, epilog="The token: HF_TOKEN, else the login cache (`hf auth login`); "
+                 "HF_ENDPOINT for another hub.")  # fmt: skip
+    p.add_argument("run", metavar="RUN", help="the run's id in the runs dir, or its folder")
+    p.add_argument("repo", metavar="REPO", help="the repo: yourname/model, or model (yours)")
+    p.add_argument("--what", default="merged", choices=["merged", "adapter"],
+                   help="the merged model (merged first if needed), or the LoRA adapter alone")  # fmt: skip
+    p.add_argument("--private", action="store_true", help="create the repo private")
+    p.add_argument("--message", default=None, help="the commit message")
+    p.add_argument("--no-gguf", action="store_true", help="leave the run's GGUF files out")
+    _runs_dir_flag(p)
+
     p = _command(sub, "check", "report versions, the training device and why", _check)
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
     _runs_dir_flag(p)
@@ -246,7 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="defaults for where it runs (default: local)")  # fmt: skip
     p.add_argument("--allowed-hosts", default=None, metavar="NAMES", help=ALLOWED_HOSTS_HELP)
     sub.add_parser(
-        "serve", help="serve a run or model as an OpenAI-compatible API (dragonfarm serve --help)"
+        "serve",
+        help="serve a run, a model, a merged folder or a GGUF as an OpenAI-compatible API "
+        "(dragonfarm serve --help)",
     )
     return parser
 

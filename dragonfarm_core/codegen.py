@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -178,3 +179,151 @@ def code(run: Run | str | os.PathLike[str]) -> str:
     if home.name == files.ARCHIVED_DIR:
         home = home.parent
     return spec_code(RunSpec.from_dict(config, run_dir=run.dir), home)
+
+
+# -- language models and synthesis -----------------------------------------------------------
+
+
+def llm_call(description: dict[str, Any], judge: bool = False) -> str:
+    """The expression that builds the language model `description` (`LLM.describe()`) names:
+    `dragon.llm_anthropic(...)`, `dragon.judge_openai(...)`, or a local model's name or run
+    folder as a string (synthesize, synthesize_pairs and judge take one as it is). A key is
+    only ever named by its environment variable; one typed in is left out."""
+    from dragonfarm_core.llm.providers import DEFAULT_CLAUDE
+
+    provider, model = description.get("provider"), description.get("model")
+    if provider == "local":
+        return literal(str(model))
+    sampling = description.get("sampling") or {}
+    if provider == "anthropic":
+        args = [] if model == DEFAULT_CLAUDE else [f"model={literal(model)}"]
+        if description.get("url"):
+            args.append(f"base_url={literal(description['url'])}")
+    elif provider == "openai":
+        args = [literal(model), literal(description.get("url"))]
+        if description.get("api_key_env"):
+            args.append(f"api_key_env={literal(description['api_key_env'])}")
+    else:
+        raise ValueError(f"No code for a {provider!r} language model: build it in Python.")
+    if description.get("system"):
+        args.append(f"system={literal(description['system'])}")
+    if sampling.get("max_tokens") not in (None, 1024):
+        args.append(f"max_tokens={sampling['max_tokens']}")
+    if sampling.get("temperature") is not None:
+        args.append(f"temperature={literal(sampling['temperature'])}")
+    kind = "judge" if judge or description.get("judge") else "llm"
+    return f"dragon.{kind}_{provider}({', '.join(args)})"
+
+
+def synthesis_code(
+    function: str,
+    prompts: list[str],
+    positional: list[str],
+    settings: dict[str, Any],
+    expressions: dict[str, str] | None = None,
+    comments: list[str] | None = None,
+) -> str:
+    """The script of a `dragon.synthesize` / `dragon.synthesize_pairs` call: the import,
+    `prompts` (the lines that make the `prompts` or `ds` variable), then the call with the
+    `positional` expressions, the `expressions` (judge=..., teacher=...) and the `settings` that
+    differ from the function's defaults; `comments` go above the call (where a key comes from)."""
+    import inspect
+
+    from dragonfarm_core import synthesis
+
+    target = {"synthesize": "synth", "synthesize_pairs": "pairs"}[function]
+    defaults = inspect.signature(getattr(synthesis, function)).parameters
+    arguments = [*positional, *(f"{k}={v}" for k, v in (expressions or {}).items())]
+    arguments += [
+        f"{k}={_value(v)}"
+        for k, v in settings.items()
+        if k in defaults and v != defaults[k].default
+    ]
+    head = ["import dragonfarm_core as dragon", "", *prompts]
+    script = _script(head, target, function, arguments)
+    if comments:  # right above the call they are about
+        call = f"{target} = dragon.{function}("
+        script = script.replace(call, "\n".join([*comments, call]), 1)
+    return f'{script}print({target}.synthesis["dropped"])\n'
+
+
+def judge_code(
+    run: str | os.PathLike[str],
+    judge: dict[str, Any],
+    against: str | None = None,
+    n: int = 20,
+    rubric: str | None = None,
+    system: str | None = None,
+    max_new_tokens: int = 256,
+    seed: int = 42,
+) -> str:
+    """The script of a `dragon.judge` call on `run` with the judge `judge` (`LLM.describe()`)
+    names, through `llm_call`: a key is named by its variable, and one typed in (in the app) is
+    only said to be needed, in a comment."""
+    lines = ["import dragonfarm_core as dragon", ""]
+    if judge.get("api_key"):  # typed in: never written; the script reads it from a variable
+        variable = "ANTHROPIC_API_KEY" if judge.get("provider") == "anthropic" else "JUDGE_API_KEY"
+        lines.append(f"# The key typed in the app is not shown: set {variable} to it.")
+        if judge.get("provider") == "openai":
+            judge = {**judge, "api_key_env": variable}
+    lines.append(f"judge = {llm_call(judge, judge=True)}")
+    arguments = [literal(str(run))]
+    if against is not None:
+        arguments.append(f"against={literal(str(against))}")
+    defaults = {"n": (n, 20), "rubric": (rubric, None), "system": (system, None),
+                "max_new_tokens": (max_new_tokens, 256), "seed": (seed, 42)}  # fmt: skip
+    arguments.append("judge=judge")
+    arguments += [f"{k}={_value(v)}" for k, (v, default) in defaults.items() if v != default]
+    script = _script(lines, "j", "judge", arguments)
+    return script + "print(j.summary)\nprint(j.details)\n"
+
+
+# -- taking the model out: merge, GGUF, Ollama, the Hub (the Export tab) -----------------------
+
+EXPORT_STEPS = ("merge", "gguf", "ollama", "publish")
+
+
+def export_code(run_dir: str | os.PathLike[str], step: str, **options: Any) -> str:
+    """The Python of one export step on a run, as the Export tab starts it: "merge", "gguf"
+    (quant=), "ollama" (name=, url=) or "publish" (repo=, what=, private=). A token is never
+    written: the code says where publish finds one."""
+    run = f"run = dragon.open_run({literal(str(run_dir))})"
+    lines = ["import dragonfarm_core as dragon", "", run]
+    if step == "merge":
+        lines += ["path = dragon.merge(run)  # <run>/merged/, checked against base + adapter",
+                  "print(path)"]  # fmt: skip
+    elif step == "gguf":
+        quant = options.get("quant") or "q8_0"
+        lines += [f"gguf = dragon.export_gguf(run, quant={literal(quant)})  # merges first if needed",
+                  "print(dragon.check_export(run, gguf=gguf)[\"passed\"])  # the template round trip"]  # fmt: skip
+    elif step == "ollama":
+        args = ["run"]
+        if options.get("name"):
+            args.append(f"name={literal(options['name'])}")
+        if options.get("url") and options["url"] != "http://localhost:11434":
+            args.append(f"url={literal(options['url'])}")
+        lines += [f"backend = dragon.serve_ollama({', '.join(args)})",
+                  'print(dragon.generate(run, "Hello", backend=backend))']  # fmt: skip
+    elif step == "publish":
+        args = ["run", literal(options.get("repo") or "yourname/model")]
+        if options.get("what", "merged") != "merged":
+            args.append(f"what={literal(options['what'])}")
+        if options.get("private"):
+            args.append("private=True")
+        lines += ["# The token: HF_TOKEN, else the login cache (`hf auth login`).",
+                  f"url = dragon.publish({', '.join(args)})", "print(url)"]  # fmt: skip
+    else:
+        raise ValueError(f"step = {step!r}: one of {', '.join(EXPORT_STEPS)}.")
+    return "\n".join(lines) + "\n"
+
+
+def compare_code(
+    runs: Sequence[str | os.PathLike[str]], runs_dir: str | os.PathLike[str] | None = None
+) -> str:
+    """The script of a `dragon.compare` call: the runs (their folders) in order, or, with none,
+    every run in `runs_dir`."""
+    arguments = [literal(str(run)) for run in runs]
+    if not arguments and runs_dir is not None:
+        arguments.append(f"runs_dir={literal(str(runs_dir))}")
+    head = ["import dragonfarm_core as dragon"]
+    return _script(head, "table", "compare", arguments) + "print(table)\n"

@@ -3,7 +3,8 @@
 Run it first on a new machine. It reports Python and library versions, the device training will
 use and the reason (a CPU on a machine with an NVIDIA GPU gets the cause and a one-line fix),
 GPU memory, free disk where runs go, whether a Hugging Face token is configured (never its
-value) and whether the Hub answers. torch is probed in a subprocess, so the app stays light.
+value), whether the Hub answers, and where llama.cpp is (GGUF export needs it). torch is probed
+in a subprocess, so the app stays light.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import urllib.request
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from dragonfarm_core import llama_cpp
 
 LIBRARIES = (
     "torch",
@@ -165,6 +168,7 @@ def check(runs_dir: str | os.PathLike[str] | None = None, verbose: bool = True) 
         "hf_token_configured": _hf_token_configured(),
         "hub_reachable": _hub_reachable(),
         "profile": _profile(),
+        "llama_cpp": llama_cpp.describe(),
     }
     if verbose:
         print(format_check(facts))
@@ -215,4 +219,14 @@ def format_check(facts: dict[str, Any]) -> str:
             else "not reachable (the bundled model and local folders still work)"
         )
     )
+    if facts.get("llama_cpp"):
+        lines.append(_llama_cpp_line(facts["llama_cpp"]))
     return "\n".join(lines)
+
+
+def _llama_cpp_line(found: dict[str, Any]) -> str:
+    """Where llama.cpp (GGUF export and its check) is, or why there is none and how to get it."""
+    if found.get("available"):
+        version = f" (llama-cpp-python {found['version']} sources)" if found.get("version") else ""
+        return f"llama.cpp: {found['root']}{version}, found by {found['found_by']}"
+    return f"llama.cpp: not available, so no GGUF export. {found.get('problem')}"

@@ -2,6 +2,8 @@
 
     dragonfarm serve RUN_OR_MODEL [--host 127.0.0.1] [--port 8000] [--name NAME] [--base]
                      [--allowed-hosts NAMES]
+    dragonfarm serve RUN/merged          # a merged model folder (named after its run)
+    dragonfarm serve model.gguf [--ctx 4096]    # a GGUF, decoded by llama.cpp's llama-server
 
 Then any OpenAI client talks to it, `dragon.backend_server` included:
 
@@ -15,12 +17,17 @@ to 127.0.0.1 unless told otherwise, answers only to its own host names (127.0.0.
 --host, --allowed-hosts / DRAGONFARM_ALLOWED_HOSTS), refuses a POST from another site's page
 (see http_guard), takes only `application/json` bodies (a page can send text/plain without
 asking first), and caps `max_tokens` at the model's context length.
+
+A GGUF file is decoded by llama.cpp's own llama-server (`llama_server.LlamaServer`, on a
+private port of 127.0.0.1), behind this same API and its host and origin checks: the routes,
+the guards and the errors are the same whatever serves the tokens.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import queue
 import sys
 import threading
@@ -44,6 +51,7 @@ from dragonfarm_core.inference.protocol import (
     check_messages,
 )
 from dragonfarm_core.inference.target import Target
+from dragonfarm_core.rundir import files
 
 # config.json keys that hold how many positions (prompt and reply together) a model attends to,
 # in the order transformers' own configs use them (Llama/Qwen, GPT-2, others).
@@ -303,9 +311,33 @@ async def _complete(
     return completion(name, text)
 
 
+def gguf_backend(path: str, name: str | None, ctx: int) -> tuple[Any, Backend, str]:
+    """(the llama-server decoding the GGUF `path`, a backend for it, the model's name)."""
+    from dragonfarm_core.inference.server import backend_server
+    from dragonfarm_core.llama_cpp import find_llama_cpp
+    from dragonfarm_core.llama_server import LlamaServer
+
+    gguf = Path(path).expanduser().resolve()
+    if not gguf.is_file():
+        raise ValueError(f"{gguf} is not a file; pass a GGUF that dragon.export_gguf wrote.")
+    name = name or gguf.stem
+    server = LlamaServer.start(find_llama_cpp(), gguf, threads=os.cpu_count() or 2, ctx=ctx,
+                               log=gguf.parent / f".{gguf.name}.serve.log")  # fmt: skip
+    return server, backend_server(f"{server.url}/v1", name), name
+
+
+def merged_run_name(path: str) -> str | None:
+    """The run's id when `path` is a run's merged folder (<run>/merged/), else None."""
+    folder = Path(path).expanduser()
+    if folder.name == files.MERGED_DIR and files.is_run_dir(folder.parent):
+        return str(files.read_config(folder.parent).get("id") or folder.parent.name)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dragonfarm serve", description=__doc__.splitlines()[0])
-    parser.add_argument("model", help="a run directory, a model id or a model folder")
+    parser.add_argument("model", help="a run directory, a model id, a model folder (a merged one "
+                        "too) or a GGUF file")  # fmt: skip
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--name", default=None, help="model id clients pass (default: its name)")
@@ -313,13 +345,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--allowed-hosts", default=None, metavar="NAMES", help=http_guard.ALLOWED_HOSTS_HELP
     )
+    parser.add_argument("--ctx", type=int, default=4096, help="a GGUF's context length")
     args = parser.parse_args(argv)
     import uvicorn
 
+    from dragonfarm_core.llama_cpp import LlamaCppMissing
+    from dragonfarm_core.llama_server import LlamaServerError
+
+    server, backend, name = None, None, args.name or merged_run_name(args.model)
     try:
         hosts = http_guard.allowed_hosts(args.host, args.allowed_hosts)
-        app = build_api(args.model, name=args.name, base=args.base, allowed_hosts=hosts)
-    except (ValueError, OSError, TypeError) as e:
+        if str(args.model).lower().endswith(".gguf"):
+            if args.base:
+                raise ValueError("--base serves a run's base model; a GGUF has only its own.")
+            server, backend, name = gguf_backend(args.model, name, args.ctx)
+        app = build_api(args.model, backend=backend, name=name, base=args.base,
+                        allowed_hosts=hosts)  # fmt: skip
+    except (ValueError, OSError, TypeError, LlamaCppMissing, LlamaServerError) as e:
+        if server is not None:
+            server.stop()
         print(f"dragonfarm serve: {e}", file=sys.stderr)
         return 2
     served = app.title.removeprefix("dragonfarm: ")
@@ -334,7 +378,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{http_guard.describe(hosts)} Ctrl+C stops.",
         flush=True,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        if server is not None:
+            server.stop()
     return 0
 
 

@@ -3,17 +3,28 @@
 #   bash scripts/test.sh            (extra arguments go to pytest, e.g. -m "not slow")
 # mypy checks what pyproject.toml's [tool.mypy] names (dragonfarm_core, ui, app.py); a type
 # error fails the run before any test starts.
-# Chromium for the browser tests comes from Debian's `chromium` package.
+# Chromium for the browser tests comes from Debian's `chromium` package; cmake and g++ (for
+# llama.cpp) from Debian's too.
+# llama.cpp for the GGUF tests is built by scripts/build_llama_cpp.py into ~/.cache/dragonfarm
+# (about 10 minutes on 2 cores the first time, seconds once cached). A failed build does not
+# stop the suite: the GGUF tests then fail (they never skip), saying why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 if ! command -v chromium >/dev/null 2>&1; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq chromium >/dev/null
 fi
+if ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq cmake g++ >/dev/null
+fi
 python -m pip install -q -r requirements-dev.txt
 python -m pip install -q --no-deps -e .
+if ! python scripts/build_llama_cpp.py; then
+  echo "Building llama.cpp failed (above): the GGUF tests will fail." >&2
+fi
 
 if ! python -m mypy; then
   echo "mypy found type errors (listed above): fix them, or run 'python -m mypy' to see them again." >&2

@@ -39,6 +39,8 @@ APP_FACING: dict[str, str] = {
         "code panels: literal, dataset_code, runs_dir_argument, portable (what dragon.code uses)"
     ),
     "dragonfarm_core.codegen": "code panels: the script dragon.code(run) writes, for the Train tab",
+    "dragonfarm_core.export_summary": "the Export tab: the files a run's exports wrote, with "
+    "their sizes and every check's verdict",
     "dragonfarm_core.http_guard": "the server: host and origin checks (launch, --allowed-hosts)",
     "dragonfarm_core.upload_caps": "the server: the upload size caps",
     "dragonfarm_core.rundir.refs": "the server: confines each run a page names to the runs dir",

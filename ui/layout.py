@@ -29,9 +29,21 @@ from dragonfarm_core.profiles import Profile, get_profile, runs_dir_for
 from dragonfarm_core.rundir.files import UPLOADS_DIR
 from dragonfarm_core.upload_caps import UploadCaps
 from ui.context import new_context
-from ui.tabs import chat, data, evaluate, feedback, mapping, model, monitor, runs, train
+from ui.tabs import (
+    chat,
+    compare,
+    data,
+    evaluate,
+    export,
+    feedback,
+    mapping,
+    model,
+    monitor,
+    runs,
+    train,
+)
 
-TABS = (data, mapping, model, train, monitor, evaluate, chat, feedback, runs)
+TABS = (data, mapping, model, train, monitor, evaluate, compare, chat, feedback, export, runs)
 THEME = gr.themes.Soft(primary_hue="emerald", neutral_hue="slate")
 HEADER = "## dragonfarm\nData in, columns mapped, model picked, trained, tried, improved."
 GRADIO_TEMP_ENV = "GRADIO_TEMP_DIR"

@@ -153,16 +153,21 @@ def runs_version(runs_dir: str | os.PathLike[str]) -> int:
 def refresh_picker(
     runs_dir: Path,
     seen: int | None,
-    current: str | None,
+    current: str | list[str] | None,
     choices: Callable[[Path], list[tuple[str, str]]],
     fallback: Callable[[list[str]], str | None],
 ) -> tuple[Any, Any]:
     """A run picker's update -> (picker update, version seen). Reads the runs only when one
-    changed since `seen`; keeps `current` while it is listed, else `fallback(values)`."""
+    changed since `seen`; keeps `current` while it is listed, else `fallback(values)`. A
+    multi-select picker (`current` a list) keeps those of its runs that are still listed."""
     version = runs_version(runs_dir)
     if version == seen:
         return gr.skip(), gr.skip()
     listed = choices(runs_dir)
     values = [value for _, value in listed]
-    keep = current if current in values else fallback(values)
+    keep: str | list[str] | None
+    if isinstance(current, list):
+        keep = [value for value in current if value in values]
+    else:
+        keep = current if current in values else fallback(values)
     return gr.update(choices=listed, value=keep), version

@@ -131,6 +131,24 @@ def near_duplicates(texts: list[str], threshold: float = THRESHOLD) -> list[tupl
     return sorted((lo_, hi_, s) for hi_, (lo_, s) in best.items())
 
 
+def repeats(texts: list[str], threshold: float = THRESHOLD) -> list[tuple[str, int] | None]:
+    """For each text, how it repeats an earlier one: ("exact", earlier) when it is the same
+    text, ("near", earlier) when `near_duplicates` finds it nearly the same, None when it is
+    the first of its kind. The dedupe pass of synthesis: keep the Nones.
+
+    >>> repeats(["Reset the router.", "Call us.", "Reset the router.", "Reset the router!"])
+    [None, None, ('exact', 0), ('near', 0)]
+    """
+    first: dict[str, int] = {}
+    out: list[tuple[str, int] | None] = []
+    for i, text in enumerate(texts):
+        out.append(("exact", first[text]) if text in first else None)
+        first.setdefault(text, i)
+    for earlier, later, _ in near_duplicates(texts, threshold):
+        out[later] = ("near", earlier)
+    return out
+
+
 def _similar_pairs(texts: list[str], threshold: float) -> tuple[np.ndarray, ...]:
     """(i, j, score) arrays, i < j, of texts whose fuzz.ratio reaches the threshold."""
     pairs = _candidates(_signatures(texts)) if len(texts) > 1 else np.empty((0, 2), np.int64)

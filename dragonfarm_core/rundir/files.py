@@ -86,10 +86,13 @@ UPLOADS_DIR = "uploads"
 LOCKS_DIR = ".locks"
 # The response cache of judges and teachers (dragonfarm_core.llm): one JSON file per answer.
 LLM_CACHE_DIR = "llm_cache"
+# Data written by synthesize() and synthesize_pairs(): <name>-<time>.jsonl and its record.
+SYNTHETIC_DIR = "synthetic"
 # Names in runs_dir that are never runs.
 RESERVED = frozenset(
-    {ARCHIVED_DIR, FEEDBACK_DIR, PIPELINES_DIR, UPLOADS_DIR, JOBS_DIR, LOCKS_DIR, LLM_CACHE_DIR}
-)
+    {ARCHIVED_DIR, FEEDBACK_DIR, PIPELINES_DIR, UPLOADS_DIR, JOBS_DIR, LOCKS_DIR, LLM_CACHE_DIR,
+     SYNTHETIC_DIR}
+)  # fmt: skip
 
 # How often, and how far apart, read_status reads a status.json that does not parse.
 STATUS_READ_TRIES = 3

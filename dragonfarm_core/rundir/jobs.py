@@ -121,12 +121,15 @@ class Job:
         *,
         device: str | None = None,
         cwd: str | os.PathLike[str] | None = None,
+        stdin: bytes | None = None,
         **status_fields: Any,
     ) -> int:
         """Write a fresh queued status and spawn `argv`; returns its pid at once.
 
         device: the queue key of the device the job needs (it waits its turn); None for a job
         that needs none. cwd: its working directory (default: the job's folder).
+        stdin: bytes written to the process's stdin, which is then closed: how a secret (an
+        API key, a Hub token) reaches a job without argv, the environment, a file or a log.
         `status_fields` go into the queued status (resume notes its checkpoint there).
         """
         argv = _argv_list(argv)
@@ -149,7 +152,7 @@ class Job:
                 log.flush()
                 proc = subprocess.Popen(
                     argv,
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     cwd=self.dir if cwd is None else cwd,
@@ -167,6 +170,12 @@ class Job:
             )
             raise
         _adopt(proc)
+        if stdin is not None and proc.stdin is not None:
+            # Before the pid handshake below: the job reads its stdin before it waits for it.
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.write(stdin)
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.close()
         try:
             created: float | None = psutil.Process(proc.pid).create_time()
         except psutil.NoSuchProcess:
@@ -405,12 +414,14 @@ def start_on_run(
     *,
     device: str | None,
     error: type[Exception] = RuntimeError,
+    stdin: bytes | None = None,
     **status_fields: Any,
 ) -> Job:
     """Start a `kind` job on a run (an evaluation, a merge, ...) in <run>/jobs/<kind>-<time>/;
     returns it at once. `command(job_dir)` gives its argv. One job of a kind per run at a time
     (a second raises `error`); older finished ones are pruned. The run's own log gets a line
-    naming the command, so it keeps the history of what was done to the run.
+    naming the command, so it keeps the history of what was done to the run. `stdin`: see
+    `Job.start` (a secret for the job, never written anywhere).
     """
     run_dir = Path(run_dir)
     busy = active_jobs(run_dir, kind)
@@ -424,7 +435,7 @@ def start_on_run(
     argv = command(job.dir)
     with open(files.log_path(run_dir), "a", encoding="utf-8") as log:
         log.write(f"[dragonfarm] {files.now_iso()} {kind}: {shlex.join(argv)}\n")
-    job.start(argv, device=device, kind=kind, **status_fields)
+    job.start(argv, device=device, kind=kind, stdin=stdin, **status_fields)
     return job
 
 

@@ -25,6 +25,7 @@ STATUS_FIELDS: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("pid_create_time", "queued_ts", "epoch"), (int, float)),
     **dict.fromkeys(_TEXT, (str,)),
     "metrics": (dict,),
+    "judge": (dict,),  # the latest judge() summary (judgement.py)
     "log_tail": (list,),
 }
 _KIND_NAMES = {int: "a whole number", float: "a number", str: "a string", dict: "an object",

@@ -31,6 +31,7 @@ COLUMNS = [
     "duration",
     "final_loss",
     "continued_from",
+    "judge",
 ]
 FORCE_CANCEL_TIMEOUT_S = 10
 
@@ -45,6 +46,13 @@ def _final_loss(run_dir: Path, status: dict[str, Any]) -> float | None:
         return loss
     losses = [r["loss"] for r in files.read_progress(run_dir) if _is_number(r.get("loss"))]
     return losses[-1] if losses else None
+
+
+def _judge_label(summary: Any) -> str | None:
+    """The latest judge() result that status.json holds, as one short text (judgement.py
+    writes the label), e.g. "vs base: 12W 5T 3L (n=20)" or "score 7.2/10 (n=20)"."""
+    label = summary.get("label") if isinstance(summary, dict) else None
+    return label if isinstance(label, str) else None
 
 
 def _row(run_dir: Path) -> dict[str, Any]:
@@ -79,18 +87,30 @@ def _row(run_dir: Path) -> dict[str, Any]:
         "duration": (finished - started).total_seconds() if started and finished else None,
         "final_loss": _final_loss(run_dir, status),
         "continued_from": Path(parent).name if isinstance(parent, str) and parent else None,
+        "judge": _judge_label(status.get("judge")),
         "_created": str(config.get("created_at") or ""),
     }
 
 
-def _table(root: Path) -> pd.DataFrame:
-    rows = [
-        _row(child)
+def run_row(run_dir: Path) -> dict[str, Any]:
+    """One run's row of the runs() table (COLUMNS, and `_created` to sort by), for the tables
+    built on it (compare())."""
+    return _row(run_dir)
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """The run folders directly in `root`, as runs() lists them (in no particular order)."""
+    return [
+        child
         for child in (root.iterdir() if root.is_dir() else [])
         # A symlink is never listed: every action on it would be refused (refs.resolve_run
         # confines runs to this folder), and one into the folder would list a run twice.
         if child.name not in files.RESERVED and not child.is_symlink() and files.is_run_dir(child)
     ]
+
+
+def _table(root: Path) -> pd.DataFrame:
+    rows = [_row(child) for child in run_dirs(root)]
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
     frame = pd.DataFrame(rows).sort_values(["_created", "id"], ascending=False)

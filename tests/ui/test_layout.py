@@ -20,7 +20,19 @@ def test_build_app_has_one_tab_per_module_and_makes_the_uploads_folder(tmp_path:
     assert (
         tabs
         == [tab.TITLE for tab in layout.TABS]
-        == ["Data", "Mapping", "Model", "Train", "Monitor", "Evaluate", "Chat", "Feedback", "Runs"]
+        == [
+            "Data",
+            "Mapping",
+            "Model",
+            "Train",
+            "Monitor",
+            "Evaluate",
+            "Compare",
+            "Chat",
+            "Feedback",
+            "Export",
+            "Runs",
+        ]
     )
     public = dragon.app(tmp_path / "other")
     assert isinstance(public, layout.DragonfarmApp) and (tmp_path / "other" / "uploads").is_dir()

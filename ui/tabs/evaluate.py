@@ -8,7 +8,8 @@ watches a run: a `gr.Timer`, active only while a job runs, ticks every TICK_S an
 only when the run's change counter (`ui.watch`) moved, or every LIVENESS_S (a dead evaluator
 writes nothing; reading its status is what notices it). It shows the job's state and log, and a
 Cancel; when the job is done, its results. Chosen metrics score the sample replies and are
-stored in the run, so the means stay with it. The picked run is resolved in the app's runs dir
+stored in the run, so the means stay with it. Below, the Judge section (`ui.judge_panel`) has a
+language model judge the picked run, alone against a rubric or against another model. The picked run is resolved in the app's runs dir
 (`refs.resolve_run`): one outside it is refused, not evaluated.
 """
 
@@ -27,7 +28,7 @@ import gradio as gr
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.rundir import files, refs
-from ui import present, watch
+from ui import judge_panel, present, watch
 from ui.context import AppContext
 
 TITLE = "Evaluate"
@@ -315,3 +316,4 @@ def build(ctx: AppContext) -> None:
     )
     picker.focus(partial(refresh_runs, ctx.runs_dir), [seen, picker], [picker, seen])
     ctx.run.change(partial(select, ctx.runs_dir), ctx.run, picker)
+    judge_panel.build(ctx, picker)  # the Judge section: the picked run, judged by an LLM
