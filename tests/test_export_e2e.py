@@ -2,7 +2,8 @@
 exports and round-trip checks the GGUF with llama.cpp, proves the Ollama template and registers
 it with the local Ollama-API server; publish uploads the merged model and its GGUF to the local
 Hub server; `dragonfarm serve`'s GGUF path decodes the file with llama-server behind the guarded
-API. Needs llama.cpp (scripts/build_llama_cpp.py); skipped without it."""
+API. Needs llama.cpp (scripts/build_llama_cpp.py); fails without it, like tests/test_gguf.py:
+CI builds it, so a missing llama.cpp is a broken setup, not a reason to pass."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def llama_cpp_missing() -> str | None:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     if (why := llama_cpp_missing()) is not None:
-        pytest.skip(why)
+        pytest.fail(f"llama.cpp is not available: {why} Run: python scripts/build_llama_cpp.py")
     from test_merge import train
     from trainer_fixtures import support_conversations
 
