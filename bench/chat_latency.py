@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,22 +160,33 @@ def report(results: dict) -> None:
     print(" ".join(f"{k}={v:.3g}" for k, v in results["ratios"].items()))
 
 
+def model_or_exit(model: str) -> Path:
+    """The model folder to measure; exits naming how to build the bundled one when it is missing."""
+    model_dir = Path(model).resolve()
+    if not (model_dir / "config.json").is_file():
+        sys.exit(
+            f"No model at {model_dir}: build the bundled model with "
+            "`python scripts/build_bundled_model.py`, or pass --model PATH."
+        )
+    return model_dir
+
+
+def token_counter(model_dir: Path) -> Callable[[str], int]:
+    """How many tokens a text is for the model's tokenizer (what a reply is measured in)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    return lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(bundled_model_path()))
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--prompts", type=int, default=32)
     args = parser.parse_args()
-    from tokenizers import Tokenizer
-
-    model_dir = Path(args.model).resolve()
-    if not (model_dir / "config.json").is_file():
-        sys.exit(
-            f"No model at {model_dir}: build the bundled model with "
-            "`python scripts/build_bundled_model.py`, or pass --model PATH."
-        )
-    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    count = lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)  # noqa: E731
+    model_dir = model_or_exit(args.model)
+    count = token_counter(model_dir)
     texts = prompts(args.prompts)
     plain = resolve_target(str(model_dir)).spec
     b = backend_local()

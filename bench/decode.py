@@ -30,7 +30,12 @@ THREADS = "2"
 os.environ.setdefault("OMP_NUM_THREADS", THREADS)  # the worker inherits it (childenv: OMP_*)
 os.environ.setdefault("MKL_NUM_THREADS", THREADS)
 
-from chat_latency import prompts, timed_chat  # noqa: E402  (the same prompts and timing)
+from chat_latency import (  # noqa: E402  (the same model, prompts and timing)
+    model_or_exit,
+    prompts,
+    timed_chat,
+    token_counter,
+)
 
 import dragonfarm_core as dragon  # noqa: E402
 from dragonfarm_core import gguf  # noqa: E402
@@ -96,21 +101,13 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--prompts", type=int, default=8)
     args = parser.parse_args()
-    from tokenizers import Tokenizer
-
-    model_dir = Path(args.model).resolve()
-    if not (model_dir / "config.json").is_file():
-        sys.exit(
-            f"No model at {model_dir}: build the bundled model with "
-            "`python scripts/build_bundled_model.py`, or pass --model PATH."
-        )
+    model_dir = model_or_exit(args.model)
     try:
         gguf.find_llama_cpp()
     except gguf.LlamaCppMissing as e:
         sys.exit(str(e))
     OUT.mkdir(parents=True, exist_ok=True)
-    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    count = lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)  # noqa: E731
+    count = token_counter(model_dir)
     texts = prompts(args.prompts)
     path = exported(model_dir, args.quant)
     mine = summary(ours(model_dir, texts, args.max_new_tokens, count))

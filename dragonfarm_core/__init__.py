@@ -43,7 +43,8 @@ from dragonfarm_core.inference import (
     set_backend,
     worker_stop,
 )
-from dragonfarm_core.judgement import Judgement, judge, prompts
+from dragonfarm_core.judge_inputs import prompts
+from dragonfarm_core.judgement import Judgement, judge
 from dragonfarm_core.llm import (
     LLM,
     Reply,
@@ -84,11 +85,11 @@ from dragonfarm_core.spec import RunSpec
 from dragonfarm_core.synthesis import (
     SynthesisError,
     SynthesizedDataset,
-    open_synthesized,
-    start_synthesis,
     synthesize,
     synthesize_pairs,
 )
+from dragonfarm_core.synthesis_files import open_synthesized
+from dragonfarm_core.synthesis_jobs import start_synthesis
 from dragonfarm_core.task_metrics import metric_regex, metrics
 from dragonfarm_core.training import cancel, logs, progress, resume, start, status, train, wait
 

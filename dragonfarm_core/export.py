@@ -23,7 +23,6 @@ library: the app and the merge job both import it.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import sys
@@ -31,12 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dragonfarm_core import job_handle
+from dragonfarm_core.job_handle import JobHandle, ended_without, wait_or_stop, wait_status
 from dragonfarm_core.rundir import files, jobs, queue
 from dragonfarm_core.rundir.run import Run, open_run
 
 JOB_KIND = "merge"
 MERGE_TIMEOUT_S = 3600.0
-CANCEL_TIMEOUT_S = 10.0
+CANCEL_TIMEOUT_S = job_handle.CANCEL_TIMEOUT_S
 # The check's record inside the merged folder, and the marker written last into it.
 CHECK_FILE = "merge_check.json"
 COMPLETE = files.CHECKPOINT_COMPLETE
@@ -179,7 +180,7 @@ def merge_command(run_dir: Path, out_dir: Path, job_dir: Path) -> list[str]:
 
 
 @dataclass(frozen=True)
-class MergeJob:
+class MergeJob(JobHandle):
     """A merge under way (`start_merge` returns it at once): `state`, `logs()`, `cancel()`,
     and `wait()`, the merged folder once the job has succeeded."""
 
@@ -187,31 +188,17 @@ class MergeJob:
     out_dir: Path
     job: jobs.Job
 
-    @property
-    def state(self) -> str | None:
-        return self.job.status().get("state")
-
-    def logs(self, n: int = 20) -> list[str]:
-        return self.job.logs(n)
-
-    def cancel(self, timeout: float = CANCEL_TIMEOUT_S) -> MergeJob:
-        self.job.cancel(timeout)
-        return self
-
     def wait(self, timeout: float | None = None) -> Path:
         """Block until the job ends: the merged folder, or MergeError naming why it failed
         (with the log's tail); TimeoutError after `timeout` s (the job keeps going)."""
-        status = self.job.wait(None if timeout is None or math.isinf(timeout) else timeout)
-        state = status.get("state")
-        if state == "succeeded" and is_complete(self.out_dir):
+        status = wait_status(self.job, timeout)
+        if status.get("state") == "succeeded" and is_complete(self.out_dir):
             return self.out_dir
-        if state == "cancelled":
-            message = f"Merging run {self.run.id} was cancelled; {self.out_dir} is unchanged."
-        elif state == "succeeded":
-            message = f"Merging run {self.run.id} ended, but {self.out_dir} is not complete."
-        else:
-            message = f"Merging run {self.run.id} {jobs.failure(status)}"
-        raise MergeError(jobs.with_log_tail(message, status, self.job))
+        raise ended_without(
+            self.job, status, MergeError, doing=f"Merging run {self.run.id}",
+            cancelled=f"Merging run {self.run.id} was cancelled; {self.out_dir} is unchanged.",
+            missing=f"Merging run {self.run.id} ended, but {self.out_dir} is not complete.",
+        )  # fmt: skip
 
 
 def start_merge(
@@ -255,14 +242,4 @@ def merge(
     pending = start_merge(run, out_dir)
     if not wait:
         return pending.out_dir
-    try:
-        return pending.wait(timeout)
-    except TimeoutError:
-        pending.cancel(timeout=0)
-        raise TimeoutError(
-            f"Merging run {pending.run.id} took longer than {timeout:g} s and was stopped; pass "
-            f"a longer timeout=.\nLast lines of the log:\n" + "\n".join(pending.logs(20))
-        ) from None
-    except KeyboardInterrupt:  # leave no merge behind
-        pending.cancel(timeout=0)
-        raise
+    return wait_or_stop(pending, timeout, f"Merging run {pending.run.id}")

@@ -14,7 +14,7 @@ outlives the page. Pure standard library.
 
 from __future__ import annotations
 
-import math
+import argparse
 import os
 import sys
 from collections.abc import Callable
@@ -22,15 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dragonfarm_core import job_handle
+from dragonfarm_core.job_handle import JobHandle, ended_without, wait_status
 from dragonfarm_core.rundir import files, jobs
 from dragonfarm_core.rundir.run import Run
 
 RESULT = "result.json"
-CANCEL_TIMEOUT_S = 10.0
+CANCEL_TIMEOUT_S = job_handle.CANCEL_TIMEOUT_S
 
 
 @dataclass(frozen=True)
-class ExportJob:
+class ExportJob(JobHandle):
     """An export step under way: `state`, `logs()`, `cancel()`, `result()` (None until it has
     succeeded) and `wait()`, the result once the job has succeeded."""
 
@@ -40,19 +42,8 @@ class ExportJob:
     doing: str
     error: type[Exception] = RuntimeError
 
-    @property
-    def state(self) -> str | None:
-        return self.job.status().get("state")
-
     def status(self) -> dict[str, Any]:
         return self.job.status()
-
-    def logs(self, n: int = 20) -> list[str]:
-        return self.job.logs(n)
-
-    def cancel(self, timeout: float = CANCEL_TIMEOUT_S) -> ExportJob:
-        self.job.cancel(timeout)
-        return self
 
     def result(self) -> dict[str, Any] | None:
         """What the step produced (result.json), once it has succeeded."""
@@ -62,18 +53,15 @@ class ExportJob:
     def wait(self, timeout: float | None = None) -> dict[str, Any]:
         """Block until the job ends: its result, or `error` naming why it did not succeed
         (with the log's tail); TimeoutError after `timeout` s (the job keeps going)."""
-        status = self.job.wait(None if timeout is None or math.isinf(timeout) else timeout)
-        state = status.get("state")
+        status = wait_status(self.job, timeout)
         result = self.result()
-        if state == "succeeded" and result is not None:
+        if status.get("state") == "succeeded" and result is not None:
             return result
-        if state == "cancelled":
-            message = f"{self.doing} was cancelled."
-        elif state == "succeeded":
-            message = f"{self.doing} ended without writing its result ({RESULT})."
-        else:
-            message = f"{self.doing} {jobs.failure(status)}"
-        raise self.error(jobs.with_log_tail(message, status, self.job))
+        raise ended_without(
+            self.job, status, self.error, doing=self.doing,
+            cancelled=f"{self.doing} was cancelled.",
+            missing=f"{self.doing} ended without writing its result ({RESULT}).",
+        )  # fmt: skip
 
 
 def start_step(
@@ -114,3 +102,24 @@ def run_step(job_dir: str | os.PathLike[str], work: Callable[[], dict[str, Any]]
         files.write_json(Path(job_dir) / RESULT, work())
 
     return jobs.run_job(job_dir, step)
+
+
+def step_parser(module: str, description: str) -> argparse.ArgumentParser:
+    """The command line every step takes: the run folder and --job; the step adds its own."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    parser.add_argument("run_dir")
+    parser.add_argument("--job", help="run as the job in this folder")
+    return parser
+
+
+def step_log(line: str) -> None:
+    """A step's progress line in its log, marked as dragonfarm's own and flushed at once."""
+    print(f"[dragonfarm] {line}", flush=True)
+
+
+def run_main(job_dir: str | None, work: Callable[[], dict[str, Any]]) -> int:
+    """A step's exit code: `work()` as the job in `job_dir`, or in the foreground without one."""
+    if job_dir:
+        return run_step(job_dir, work)
+    work()
+    return 0

@@ -68,7 +68,7 @@ def gguf_checks(ggufs: list[Path]) -> list[dict[str, Any]]:
 
 def summary(run: Run | str | os.PathLike[str]) -> ExportSummary:
     """What the run's merge, GGUF export, Ollama registration and publish left behind."""
-    from dragonfarm_core import ollama_export, publishing
+    from dragonfarm_core import ollama_check, ollama_export, publishing
 
     run = open_run(run)
     merged = export.merged_model(run)
@@ -82,7 +82,7 @@ def summary(run: Run | str | os.PathLike[str]) -> ExportSummary:
         merge_check=export.merge_check(merged) if merged else None,
         gguf_checks=gguf_checks(ggufs),
         template_check=template_check,
-        template_detail=ollama_export.describe_difference(template_check)
+        template_detail=ollama_check.describe_difference(template_check)
         if template_check
         else None,
         registered=files.read_json(ollama / ollama_export.REGISTERED),

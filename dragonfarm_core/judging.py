@@ -13,64 +13,31 @@ a refusal, empty or an error is recorded as such and never sent to the judge, so
 scored as if the model had answered.
 
 `judge()` (judging a run against a rubric or another model, judge.json, the run's status) is
-built on these two; `synthesis` uses `score_replies` for its judge gate and its pairs.
+built on these two; `synthesis` uses `score_replies` for its judge gate and its pairs. The
+questions and the reading of the answers are `judge_questions`.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.llm import LLM, Reply, judge_anthropic, judge_local, parse_json_answer
+from dragonfarm_core.judge_questions import (
+    REASK,
+    pair_prompt,
+    read_pick,
+    read_score,
+    score_prompt,
+)
+from dragonfarm_core.llm import LLM, Reply, judge_anthropic, judge_local
 from dragonfarm_core.llm.providers import ANTHROPIC_KEY_ENV
 
 # A judge is asked in batches of this many prompts, so progress shows and a cancel lands
 # between batches; an LLM still runs up to its max_active of a batch at once.
 BATCH = 16
-SCORE_RANGE = (1.0, 10.0)
-
-DEFAULT_RUBRIC = (
-    "Does the reply do what the user asked, correctly and on topic? Is it clear, concise and "
-    "helpful, with concrete next steps where they fit?"
-)
-
-SCORE_TEMPLATE = """Rate the assistant's reply to the user's message from 1 (worst) to 10 (best).
-
-Criteria: {rubric}
-{context}
-[User message]
-{prompt}
-{reference}
-[Assistant's reply]
-{reply}
-
-Answer with a JSON object only: {{"score": <a whole number from 1 to 10>, "rationale": "<one or \
-two sentences>"}}"""
-
-PAIR_TEMPLATE = """Which of the two assistant replies answers the user's message better?
-
-Criteria: {rubric}
-{context}
-[User message]
-{prompt}
-{reference}
-[Reply A]
-{first}
-
-[Reply B]
-{second}
-
-Answer with a JSON object only: {{"winner": "A" or "B" (or "tie" only when they are equally \
-good), "rationale": "<one or two sentences>"}}"""
-
-REASK = (
-    "\n\nYour previous answer could not be read. Answer with the JSON object only, exactly in "
-    "the shape asked for, with no other text."
-)
 
 Judge = Callable[[list[str]], Sequence[Any]]
 Progress = Callable[[int, int], None]
@@ -165,70 +132,6 @@ def describe_judge(judge: Any) -> dict[str, Any]:
     return {"provider": "function", "model": f"{module}.{name}" if module else name}
 
 
-# -- reading answers -----------------------------------------------------------------------------
-
-
-def _answer_data(answer: Any) -> tuple[Any, str | None]:
-    """(parsed JSON, None), or (None, why the answer is unusable)."""
-    if isinstance(answer, Reply):
-        if answer.refusal:
-            return None, "judge refusal"
-        if answer.error:
-            return None, f"judge error: {answer.error}"
-        if answer.empty or not answer.text.strip():
-            return None, "judge empty"
-        if answer.data is not None:
-            return answer.data, None
-        if answer.parse_error:
-            return None, "unparsed"
-        answer = answer.text
-    if isinstance(answer, dict):
-        return answer, None
-    if not isinstance(answer, str):
-        return None, "unparsed"
-    if not answer.strip():
-        return None, "judge empty"
-    try:
-        return parse_json_answer(answer), None
-    except ValueError:
-        return None, "unparsed"
-
-
-def _read_score(answer: Any) -> tuple[float | None, str, str | None]:
-    data, failure = _answer_data(answer)
-    if failure:
-        return None, "", failure
-    if not isinstance(data, dict):
-        return None, "", "unparsed"
-    value, rationale = data.get("score"), _rationale(data)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None, rationale, "unparsed"
-    value = float(value)
-    if not math.isfinite(value) or not SCORE_RANGE[0] <= value <= SCORE_RANGE[1]:
-        return None, rationale, "unparsed"
-    return value, rationale, None
-
-
-def _read_pick(answer: Any) -> tuple[str | None, str, str | None]:
-    data, failure = _answer_data(answer)
-    if failure:
-        return None, "", failure
-    if not isinstance(data, dict):
-        return None, "", "unparsed"
-    pick = data.get("winner")
-    pick = pick.strip().upper() if isinstance(pick, str) else None
-    if pick == "TIE":
-        pick = "tie"
-    if pick not in ("A", "B", "tie"):
-        return None, _rationale(data), "unparsed"
-    return pick, _rationale(data), None
-
-
-def _rationale(data: dict[str, Any]) -> str:
-    value = data.get("rationale")
-    return "" if value is None else str(value)
-
-
 def reply_failure(reply: Any) -> str | None:
     """Why a reply cannot be judged: "refusal", "empty", "error: ..."; None when it can."""
     if isinstance(reply, Reply):
@@ -286,46 +189,6 @@ def _ask_reading(
     return results
 
 
-def _block(title: str, text: str | None) -> str:
-    return f"\n[{title}]\n{text}\n" if text else ""
-
-
-def score_prompt(
-    prompt: str,
-    reply: str,
-    rubric: str | None = None,
-    reference: str | None = None,
-    system: str | None = None,
-) -> str:
-    """What the judge is asked to score one reply."""
-    return SCORE_TEMPLATE.format(
-        rubric=rubric or DEFAULT_RUBRIC,
-        context=_block("System prompt the assistant was given", system),
-        prompt=prompt,
-        reference=_block("Reference answer (take it as ground truth)", reference),
-        reply=reply,
-    )
-
-
-def pair_prompt(
-    prompt: str,
-    first: str,
-    second: str,
-    rubric: str | None = None,
-    reference: str | None = None,
-    system: str | None = None,
-) -> str:
-    """What the judge is asked to compare two replies (A shown first)."""
-    return PAIR_TEMPLATE.format(
-        rubric=rubric or DEFAULT_RUBRIC,
-        context=_block("System prompt the assistants were given", system),
-        prompt=prompt,
-        reference=_block("Reference answer (take it as ground truth)", reference),
-        first=first,
-        second=second,
-    )
-
-
 def _aligned(name: str, values: Sequence[Any] | None, n: int) -> list[Any]:
     if values is None:
         return [None] * n
@@ -373,7 +236,7 @@ def score_replies(
     questions = [score_prompt(prompts[i], str(replies[i]).strip(), rubric, refs[i], system)
                  for i in asked]  # fmt: skip
     for i, (value, rationale, failure) in zip(
-        asked, _ask_reading(fn, questions, _read_score, progress), strict=True
+        asked, _ask_reading(fn, questions, read_score, progress), strict=True
     ):
         out[i] = Score(value, rationale, failure)
     return [s for s in out if s is not None]
@@ -413,7 +276,7 @@ def compare_replies(
         a, b = str(ours[i]).strip(), str(theirs[i]).strip()
         questions.append(pair_prompt(prompts[i], a, b, rubric, refs[i], system))
         questions.append(pair_prompt(prompts[i], b, a, rubric, refs[i], system))
-    answers = _ask_reading(fn, questions, _read_pick, progress)
+    answers = _ask_reading(fn, questions, read_pick, progress)
     for k, i in enumerate(asked):
         (first, why_first, fail_first), (second, why_second, fail_second) = answers[
             2 * k : 2 * k + 2

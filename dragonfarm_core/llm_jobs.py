@@ -11,11 +11,9 @@ app's environment, which the allow-listed child environment does not pass) is ha
 child on its stdin, as JSON, and kept in its memory only: never in argv, the environment, a
 file or a log (the child's output is scrubbed of it too).
 
-The child reads the spec, rebuilds the LLMs (`llm_from_description`) and runs the handler its
-`kind` names in KINDS, inside `jobs.run_job` (status, heartbeat, cancel by SIGINT). A handler
-is `handler(spec, context) -> None`; `context.llm(description)` rebuilds an LLM with the key,
-`context.progress(done, total, stage)` appends a row to the job's progress.jsonl (what the app
-shows) and prints a log line now and then.
+The child (`llm_job_child`) reads the spec, rebuilds the LLMs (`llm_descriptions`) and runs
+the handler its `kind` names in KINDS, inside `jobs.run_job` (status, heartbeat, cancel by
+SIGINT); this module is its entry point and the launcher.
 
 A job works on a run (<run>/jobs/<kind>-<time>/, `jobs.start_on_run`), or, for work that has
 no run (a synthesis from a dataset), in <runs_dir>/jobs/<kind>-<time>/ (`start`).
@@ -24,95 +22,22 @@ no run (a synthesis from a dataset), in <runs_dir>/jobs/<kind>-<time>/ (`start`)
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import os
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.llm import (
-    LLM,
-    judge_anthropic,
-    judge_local,
-    judge_openai,
-    llm_anthropic,
-    llm_local,
-    llm_openai,
-)
+from dragonfarm_core.llm import LLM
+from dragonfarm_core.llm_descriptions import api_key_of, llm_from_description
+from dragonfarm_core.llm_job_child import JUDGE_KIND, KINDS, SPEC, run_child
 from dragonfarm_core.rundir import files, jobs, location, queue
 from dragonfarm_core.rundir.run import Run, open_run
 
-SPEC = "spec.json"
-# Seconds between the log lines a job prints about its progress (every row goes to the file).
-LOG_EVERY_S = 5.0
 CANCEL_TIMEOUT_S = 10.0
-JUDGE_KIND = "judge"
-
-
-# -- rebuilding an LLM from its description -------------------------------------------------------
-
-
-def llm_from_description(description: dict[str, Any], api_key: str | None = None) -> LLM:
-    """The LLM an `LLM.describe()` record describes, with `api_key` (kept in memory only).
-
-    Anthropic, OpenAI-compatible and local models can be rebuilt; a chatlas chat or a plain
-    Python function cannot (nothing in a record says how to make them again)."""
-    if not isinstance(description, dict):
-        raise TypeError("An LLM description is a dict, as LLM.describe() returns it.")
-    provider = description.get("provider")
-    judge = bool(description.get("judge"))
-    sampling = description.get("sampling") or {}
-    system = description.get("system")
-    model = description.get("model")
-    common: dict[str, Any] = {"system": system, "cache": bool(description.get("cache", True))}
-    if provider in ("anthropic", "openai"):
-        common.update(
-            max_tokens=int(sampling.get("max_tokens") or 1024),
-            temperature=sampling.get("temperature"),
-            max_active=int(description.get("max_active") or 4),
-            timeout=float(description.get("timeout") or 120.0),
-            api_key=api_key,
-        )
-    if provider == "anthropic":
-        if judge:
-            return judge_anthropic(model=str(model), base_url=description.get("url"), **common)
-        return llm_anthropic(model=str(model), base_url=description.get("url"), **common)
-    if provider == "openai":
-        url = str(description.get("url") or "")
-        key_env = description.get("api_key_env")
-        if judge:
-            return judge_openai(str(model), url, api_key_env=key_env, **common)
-        return llm_openai(str(model), url, api_key_env=key_env, **common)
-    if provider == "local":
-        make_local = judge_local if judge else llm_local
-        return make_local(
-            str(model),
-            system,
-            max_new_tokens=int(sampling.get("max_new_tokens") or 256),
-            temperature=float(sampling.get("temperature", 0.0 if judge else 0.7)),
-            top_p=float(sampling.get("top_p", 0.9)),
-            cache=bool(description.get("cache", False)),
-        )
-    raise ValueError(
-        f"A {provider or 'plain function'} judge or teacher cannot run as a background job: "
-        "use an Anthropic, OpenAI-compatible or local model there, or call the function in "
-        "Python."
-    )
-
-
-def api_key_of(llm: Any) -> str | None:
-    """The key an API LLM would send (typed in, or read from its environment variable): the
-    one thing the child needs that its description leaves out."""
-    key = getattr(llm, "_api_key", None)  # _ApiLLM: the given key, else the named variable's
-    return key if isinstance(key, str) and key else None
-
-
-# -- the launcher side ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, eq=False)
@@ -263,144 +188,24 @@ def start_judge(
     )
 
 
-# -- the job's side ------------------------------------------------------------------------------
-
-
-class Context:
-    """What a handler gets besides its spec: its job folder, the keys, progress reporting."""
-
-    def __init__(self, job_dir: Path, keys: dict[str, str]) -> None:
-        self.job_dir = job_dir
-        self._keys = keys
-        self._logged = 0.0
-
-    def key(self, name: str) -> str | None:
-        return self._keys.get(name)
-
-    def llm(self, description: dict[str, Any], key: str | None = None) -> LLM:
-        """The LLM `description` names, with the key called `key` (the record written by
-        the work stays the launcher's description: it names a key's variable, never its
-        value)."""
-        llm = llm_from_description(description, self.key(key) if key else None)
-        recorded = dict(description)
-        llm.describe = lambda: dict(recorded)  # type: ignore[method-assign]
-        return llm
-
-    def progress(self, done: int, total: int, stage: str) -> None:
-        files.append_progress(
-            self.job_dir, {"done": done, "total": total, "stage": stage, "at": files.now_iso()}
-        )
-        now = time.monotonic()
-        if now - self._logged >= LOG_EVERY_S or done >= total:
-            self._logged = now
-            print(f"[dragonfarm] {stage} {done}/{total}", flush=True)
-
-
-def _judge_job(spec: dict[str, Any], context: Context) -> None:
-    from dragonfarm_core.judgement import judge
-
-    args = dict(spec.get("args") or {})
-    result = judge(
-        spec["run"],
-        judge=context.llm(spec["judge"], key="judge"),
-        progress=context.progress,
-        **args,
-    )
-    print(f"[dragonfarm] judged: {result.summary.get('label')}", flush=True)
-
-
 def _judge_result(job: LLMJob) -> Any:
     from dragonfarm_core.judgement import read_judgement
 
     return read_judgement(job.run) if job.run is not None else None
 
 
-def _synthesis_job(spec: dict[str, Any], context: Context) -> None:
-    from dragonfarm_core.synthesis import job_work
-
-    job_work(spec, context)
-
-
 def _synthesis_result(job: LLMJob) -> Any:
-    from dragonfarm_core.synthesis import job_result
+    from dragonfarm_core.synthesis_jobs import job_result
 
     return job_result(job)
 
 
-# kind -> handler(spec, context). Synthesis adds its kinds here.
-KINDS: dict[str, Callable[[dict[str, Any], Context], None]] = {
-    JUDGE_KIND: _judge_job,
-    "synthesize": _synthesis_job,
-    "synthesize_pairs": _synthesis_job,
-}
 # kind -> what LLMJob.result() returns once the job succeeded.
 RESULTS: dict[str, Callable[[LLMJob], Any]] = {
     JUDGE_KIND: _judge_result,
     "synthesize": _synthesis_result,
     "synthesize_pairs": _synthesis_result,
 }
-
-
-class _Scrubbed(io.TextIOBase):
-    """A text stream that writes what it is given with every secret replaced by ***."""
-
-    def __init__(self, stream: Any, secrets: list[str]) -> None:
-        self._stream, self._secrets = stream, [s for s in secrets if s]
-
-    def write(self, text: str) -> int:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return self._stream.write(text)
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-    # What libraries ask of sys.stdout / sys.stderr besides write: the real stream's answers.
-    def writable(self) -> bool:
-        return True
-
-    def fileno(self) -> int:
-        return int(self._stream.fileno())
-
-    def isatty(self) -> bool:
-        return bool(self._stream.isatty())
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return str(getattr(self._stream, "encoding", "utf-8"))
-
-
-def _read_keys() -> dict[str, str]:
-    """The secrets the launcher wrote on stdin (nothing when stdin is empty or not a pipe)."""
-    try:
-        raw = sys.stdin.buffer.read() if sys.stdin is not None else b""
-    except (OSError, ValueError):
-        return {}
-    if not raw.strip():
-        return {}
-    value = json.loads(raw)
-    return {str(k): str(v) for k, v in value.items() if v} if isinstance(value, dict) else {}
-
-
-def _work(job_dir: Path, keys: dict[str, str]) -> Callable[[], None]:
-    def work() -> None:
-        spec = files.read_json(job_dir / SPEC)
-        if not isinstance(spec, dict) or spec.get("kind") not in KINDS:
-            raise ValueError(f"{job_dir / SPEC} names no known job kind ({', '.join(KINDS)}).")
-        if spec.get("runs_dir"):
-            location.set_runs_dir(spec["runs_dir"])
-        try:
-            KINDS[spec["kind"]](spec, Context(job_dir, keys))
-        except Exception as e:
-            # The failure is written to status.json and the log: never with a key in it.
-            message = str(e)
-            for secret in keys.values():
-                message = message.replace(secret, "***")
-            if message != str(e):
-                raise RuntimeError(message) from None
-            raise
-
-    return work
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -410,11 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("job_dir", type=Path)
     ns = parser.parse_args(argv)
-    keys = _read_keys()
-    secrets = list(keys.values())
-    sys.stdout = _Scrubbed(sys.stdout, secrets)
-    sys.stderr = _Scrubbed(sys.stderr, secrets)
-    return jobs.run_job(ns.job_dir, _work(ns.job_dir.resolve(), keys))
+    return run_child(ns.job_dir)
 
 
 if __name__ == "__main__":

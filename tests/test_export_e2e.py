@@ -15,7 +15,7 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core import export, gguf, serve
-from dragonfarm_core import ollama_export as oe
+from dragonfarm_core import ollama_template as ot
 from dragonfarm_core.inference import Sampling
 from dragonfarm_core.llama_cpp import LlamaCppMissing, find_llama_cpp
 
@@ -66,7 +66,7 @@ def test_a_trained_run_is_served_by_ollama_published_and_served_from_its_gguf(tr
     check = json.loads((run_dir / "ollama" / "template_check.json").read_text())
     assert check["identical"] is True and check["checked"] == 4 + 4
     created = ollama.created["support-e2e"]
-    assert created["template"] == oe.CHATML_GO and created["files"] == {
+    assert created["template"] == ot.CHATML_GO and created["files"] == {
         path.name: next(iter(ollama.blobs))
     }
     assert ollama.blobs[created["files"][path.name]] == path.read_bytes()

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core import cli, environment, export, gguf, llama_cpp
+from dragonfarm_core import cli, environment, export, gguf, gguf_files, llama_cpp
 from dragonfarm_core.gguf import GGUFError, LlamaCppMissing
 from dragonfarm_core.rundir import files, location
 
@@ -125,8 +125,8 @@ def test_unknown_types_and_folders_that_are_not_models_are_refused(tmp_path):
     with pytest.raises(GGUFError, match="neither a run nor a model folder"):
         dragon.export_gguf(tmp_path)
     assert gguf.default_out_file(tmp_path / "m", "F16") == tmp_path / "m-f16.gguf"
-    assert gguf.agree_tokens("f16", 32) == 32 and gguf.agree_tokens("q8_0", 32) == 16
-    assert gguf.agree_tokens("q2_k", 32) == 1
+    assert gguf_files.agree_tokens("f16", 32) == 32 and gguf_files.agree_tokens("q8_0", 32) == 16
+    assert gguf_files.agree_tokens("q2_k", 32) == 1
 
 
 def test_a_run_that_cannot_be_merged_is_refused_by_the_cli(tmp_path, capsys):
@@ -145,7 +145,7 @@ def test_a_record_for_an_earlier_file_of_that_name_is_not_read(tmp_path):
     path.write_bytes(b"GGUF one")
     info = path.stat()
     record = {"passed": True, "size_bytes": info.st_size, "mtime_ns": info.st_mtime_ns}
-    files.write_json(gguf.check_path(path), record)
+    files.write_json(gguf_files.check_path(path), record)
     assert gguf.read_check(path) == record
     path.write_bytes(b"GGUF two, longer")
     assert gguf.read_check(path) is None
@@ -186,7 +186,7 @@ def test_what_a_killed_export_left_is_removed_by_the_next(tmp_path):
 
 
 def test_the_converter_gets_the_tokens_and_template_transformers_uses(tmp_path):
-    from dragonfarm_core.trainers.gguf_run import stage
+    from dragonfarm_core.trainers.gguf_convert import stage
 
     merged = model_folder(tmp_path / "merged")
     added = [{"id": 4, "content": "<|im_start|>", "special": True, "normalized": False}]
@@ -212,7 +212,7 @@ def test_the_converter_gets_the_tokens_and_template_transformers_uses(tmp_path):
 
 
 def test_the_verdict_names_the_first_differing_token_on_both_sides():
-    from dragonfarm_core.trainers.gguf_run import judge
+    from dragonfarm_core.trainers.gguf_check import judge
 
     def case(hf_reply, gguf_reply, gguf_prompt=(1, 2)):
         return {"hf_prompt": [1, 2], "gguf_prompt": list(gguf_prompt),
@@ -238,7 +238,7 @@ def test_the_verdict_names_the_first_differing_token_on_both_sides():
     problem = judge([case([5, 6], [5, 9]), case([5], [5], gguf_prompt=(1, 3))], 32, hf, gg)
     assert problem["in"] == "prompt" and problem["prompt"] == 1 and problem["position"] == 1
     assert problem["hf"] == {"id": 2, "text": "hf2"} and problem["gguf"]["id"] == 3
-    assert gguf.difference_text({"first_difference": problem}).endswith(
+    assert gguf_files.difference_text({"first_difference": problem}).endswith(
         "in the prompt tokens (the chat template) of check prompt 1, token 1: transformers 2 "
         "'hf2', llama.cpp 3 'gg3'."
     )
@@ -377,4 +377,4 @@ def test_a_gguf_converted_from_the_raw_folder_is_caught(run_dir, f16, tools, tmp
     assert difference["in"] == "prompt" and difference["position"] == 0
     assert difference["hf"] == {"id": 4, "text": "<|im_start|>"}
     assert difference["gguf"]["id"] == 1  # <s>
-    assert os.path.isfile(gguf.check_path(raw))
+    assert os.path.isfile(gguf_files.check_path(raw))

@@ -14,20 +14,17 @@ from pathlib import Path
 import pytest
 
 from dragonfarm_core import chat_template, gotemplate
+from dragonfarm_core import ollama_check as oc
 from dragonfarm_core import ollama_export as oe
-from dragonfarm_core.ollama_export import OllamaTemplate, TemplateMismatch, UnknownTemplateFamily
+from dragonfarm_core import ollama_register as orr
+from dragonfarm_core import ollama_template as ot
+from dragonfarm_core.ollama_template import OllamaTemplate, TemplateMismatch, UnknownTemplateFamily
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "tests" / "export_templates"
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
-TOKENS = {
-    "smollm2": {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"},
-    "qwen2.5": {"eos_token": "<|im_end|>"},
-    "llama3": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
-    "llama3.2": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
-    "gemma2": {"bos_token": "<bos>", "eos_token": "<eos>"},
-    "gemma3": {"bos_token": "<bos>", "eos_token": "<eos>"},
-}
+# The special tokens each template file is rendered with (the models' own).
+TOKENS = json.loads((HERE / "tokens.json").read_text(encoding="utf-8"))
 # (family, default system prompt, BOS text the template writes, takes a system message)
 EXPECTED = {
     "smollm2": ("chatml", "You are a helpful AI assistant named SmolLM, trained by Hugging Face",
@@ -59,7 +56,7 @@ def source(name: str) -> str:
 
 @pytest.mark.parametrize("name", list(TOKENS))
 def test_each_family_is_translated_and_renders_exactly_like_the_model_template(name):
-    tmpl = oe.translate(source(name), TOKENS[name])
+    tmpl = ot.translate(source(name), TOKENS[name])
     family, system, bos, takes_system = EXPECTED[name]
     assert (tmpl.family, tmpl.system, tmpl.bos, tmpl.takes_system) == (
         family,
@@ -67,29 +64,29 @@ def test_each_family_is_translated_and_renders_exactly_like_the_model_template(n
         bos,
         takes_system,
     )
-    cases = [("fixed", list(c)) for c in oe.FIXED_CONVERSATIONS] + [("extra", EXTRA)]
-    check = oe.check_template(tmpl, source(name), TOKENS[name], cases)
-    assert check["identical"] is True, oe.describe_difference(check)
+    cases = [("fixed", list(c)) for c in oc.FIXED_CONVERSATIONS] + [("extra", EXTRA)]
+    check = oc.check_template(tmpl, source(name), TOKENS[name], cases)
+    assert check["identical"] is True, oc.describe_difference(check)
     assert check["checked"] + check["skipped"] == 5
     assert check["skipped"] == (2 if name == "gemma2" else 0)  # Gemma 2 refuses system prompts
     # The comparison itself, spelled out for one conversation: the Jinja string less its BOS.
     hf = chat_template.render(source(name), EXTRA, add_generation_prompt=True, **TOKENS[name])
-    assert hf == (bos or "") + oe.ollama_prompt(tmpl, EXTRA)
+    assert hf == (bos or "") + ot.ollama_prompt(tmpl, EXTRA)
 
 
 def test_the_bundled_model_is_chatml_without_a_default_system_prompt():
     template, tokens = chat_template.load_chat_template(BUNDLED)
-    tmpl = oe.translate(template, tokens)
+    tmpl = ot.translate(template, tokens)
     assert (tmpl.family, tmpl.system, tmpl.bos) == ("chatml", None, None)
-    assert tmpl.template == oe.CHATML_GO
-    assert oe.check_template(tmpl, template, tokens)["identical"] is True
+    assert tmpl.template == ot.CHATML_GO
+    assert oc.check_template(tmpl, template, tokens)["identical"] is True
 
 
 def test_the_default_system_prompt_is_what_ollama_inserts_only_without_a_system_message():
-    tmpl = oe.translate(source("qwen2.5"), TOKENS["qwen2.5"])
-    plain = oe.ollama_prompt(tmpl, [{"role": "user", "content": "Hi"}])
+    tmpl = ot.translate(source("qwen2.5"), TOKENS["qwen2.5"])
+    plain = ot.ollama_prompt(tmpl, [{"role": "user", "content": "Hi"}])
     assert plain.startswith("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud.")
-    own = oe.ollama_prompt(tmpl, [{"role": "system", "content": "Be terse."},
+    own = ot.ollama_prompt(tmpl, [{"role": "system", "content": "Be terse."},
                                   {"role": "user", "content": "Hi"}])  # fmt: skip
     assert "Qwen" not in own and own.startswith("<|im_start|>system\nBe terse.<|im_end|>")
 
@@ -98,7 +95,7 @@ def test_the_templates_written_are_those_held_to_real_go():
     golden = json.loads((HERE / "ollama_go_golden.json").read_text(encoding="utf-8"))
     written = {c["name"].split("/")[0]: c["template"] for c in golden}
     for name in TOKENS:
-        template = oe.translate(source(name), TOKENS[name]).template
+        template = ot.translate(source(name), TOKENS[name]).template
         if name == "llama3.2":  # its system block carries the day's date (strftime_now)
             template = template.split("Today Date: ")[0]
             assert written[name].startswith(template)
@@ -108,7 +105,7 @@ def test_the_templates_written_are_those_held_to_real_go():
 
 def test_an_unknown_family_is_refused_with_its_name_and_the_embedded_template_offered():
     with pytest.raises(UnknownTemplateFamily) as caught:
-        oe.translate(MISTRAL, {"bos_token": "<s>", "eos_token": "</s>"})
+        ot.translate(MISTRAL, {"bos_token": "<s>", "eos_token": "</s>"})
     message = str(caught.value)
     assert "Mistral / Llama 2 ([INST] ... [/INST])" in message
     assert "ChatML, Qwen (ChatML), Llama 3, Gemma" in message
@@ -122,15 +119,15 @@ def test_a_family_laid_out_unusually_is_refused_not_mistranslated():
     )
     assert odd != chat_template.DEFAULT_CHAT_TEMPLATE
     with pytest.raises(oe.OllamaExportError, match="looks like ChatML but its user turn"):
-        oe.translate(odd, {})
+        ot.translate(odd, {})
 
 
 def test_a_template_that_differs_is_caught_and_the_first_differing_token_named():
     template, tokens = chat_template.load_chat_template(BUNDLED)
-    good = oe.translate(template, tokens)
+    good = ot.translate(template, tokens)
     # A Go template that forgets the newline after the role, as a hand-written one might.
     broken = OllamaTemplate("chatml", good.template.replace("{{ .Role }}\n", "{{ .Role }} "))
-    check = oe.check_template(broken, template, tokens, tokenizer=oe.load_tokenizer(BUNDLED))
+    check = oc.check_template(broken, template, tokens, tokenizer=oc.load_tokenizer(BUNDLED))
     assert check["identical"] is False
     d = check["first_difference"]
     assert (d["conversation"], d["source"], d["char"]) == (0, "fixed", len("<|im_start|>user"))
@@ -142,12 +139,12 @@ def test_a_template_that_differs_is_caught_and_the_first_differing_token_named()
     assert token["position"] == 2
     assert token["expected"]["text"] == "\n" and token["ollama"]["text"] == " My"
     assert token["expected"]["id"] != token["ollama"]["id"]
-    assert "token 2: the model's template has '\\n'" in oe.describe_difference(check)
+    assert "token 2: the model's template has '\\n'" in oc.describe_difference(check)
 
 
 def test_parameters_come_from_the_generation_config_and_the_eos_tokens():
-    tmpl = oe.translate(*chat_template.load_chat_template(BUNDLED))
-    params = oe.parameters(BUNDLED, tmpl)
+    tmpl = ot.translate(*chat_template.load_chat_template(BUNDLED))
+    params = orr.parameters(BUNDLED, tmpl)
     # generation_config.json: eos 5 (<|im_end|>), sampling 0.7 / 0.9, repetition 1.1, 256 new.
     assert params == {"stop": ["<|im_start|>", "<|im_end|>"], "temperature": 0.7, "top_p": 0.9,
                       "repeat_penalty": 1.1, "num_predict": 256, "num_ctx": 2048}  # fmt: skip
@@ -160,7 +157,7 @@ def test_greedy_generation_config_is_temperature_zero_and_every_eos_a_stop(tmp_p
     (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 131072}))
     (tmp_path / "tokenizer.json").write_text(json.dumps(
         {"added_tokens": [{"id": 7, "content": "<|eot_id|>"}], "model": {"vocab": {"</s>": 9}}}))  # fmt: skip
-    params = oe.parameters(tmp_path, OllamaTemplate("llama3", "", stop=("<|eot_id|>", "<|eom|>")))
+    params = orr.parameters(tmp_path, OllamaTemplate("llama3", "", stop=("<|eot_id|>", "<|eom|>")))
     assert params == {
         "stop": ["<|eot_id|>", "<|eom|>", "</s>"],
         "temperature": 0.0,
@@ -169,12 +166,12 @@ def test_greedy_generation_config_is_temperature_zero_and_every_eos_a_stop(tmp_p
 
 
 def test_the_modelfile_has_from_template_system_and_one_line_per_parameter():
-    tmpl = oe.translate(source("smollm2"), TOKENS["smollm2"])
-    text = oe.modelfile("model-q8_0.gguf", tmpl, {"stop": ["<|im_start|>", "<|im_end|>"],
+    tmpl = ot.translate(source("smollm2"), TOKENS["smollm2"])
+    text = orr.modelfile("model-q8_0.gguf", tmpl, {"stop": ["<|im_start|>", "<|im_end|>"],
                                                  "temperature": 0.2}, "dragonfarm: run r")  # fmt: skip
     lines = text.splitlines()
     assert lines[:2] == ["# dragonfarm: run r", "FROM model-q8_0.gguf"]
-    assert f'TEMPLATE """{oe.CHATML_GO}"""' in text
+    assert f'TEMPLATE """{ot.CHATML_GO}"""' in text
     assert (
         'SYSTEM """You are a helpful AI assistant named SmolLM, trained by Hugging Face"""' in text
     )
@@ -182,7 +179,7 @@ def test_the_modelfile_has_from_template_system_and_one_line_per_parameter():
                           "PARAMETER temperature 0.2"]  # fmt: skip
     # The TEMPLATE block holds the Go template verbatim (newlines kept), as Ollama reads it.
     block = text.split('TEMPLATE """', 1)[1].split('"""', 1)[0]
-    assert block == oe.CHATML_GO and gotemplate.parse(block)
+    assert block == ot.CHATML_GO and gotemplate.parse(block)
 
 
 def test_eval_prompts_are_cut_at_their_last_user_message(tmp_path):
@@ -192,7 +189,7 @@ def test_eval_prompts_are_cut_at_their_last_user_message(tmp_path):
             {"prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "q2"}]},
             {"text": "no messages"}]  # fmt: skip
     (data / "eval.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    assert oe.eval_conversations(tmp_path) == [
+    assert oc.eval_conversations(tmp_path) == [
         [{"role": "user", "content": "q1"}],
         [{"role": "system", "content": "s"}, {"role": "user", "content": "q2"}],
     ]

@@ -14,7 +14,7 @@ import pytest
 from hub_fakes import FakeHub
 
 import dragonfarm_core as dragon
-from dragonfarm_core import export
+from dragonfarm_core import export, publishing_hub
 from dragonfarm_core import publishing as pub
 from dragonfarm_core.publishing import PublishError
 from dragonfarm_core.rundir import files
@@ -242,9 +242,9 @@ def test_xet_is_used_only_against_the_hub_itself():
     from huggingface_hub import constants
 
     before = constants.HF_HUB_DISABLE_XET
-    with pub._transfer_for("http://127.0.0.1:1234"):
+    with publishing_hub.transfer_for("http://127.0.0.1:1234"):
         assert constants.HF_HUB_DISABLE_XET is True
-    with pub._transfer_for(constants._HF_DEFAULT_ENDPOINT):
+    with publishing_hub.transfer_for(constants._HF_DEFAULT_ENDPOINT):
         assert constants.HF_HUB_DISABLE_XET is before
     assert constants.HF_HUB_DISABLE_XET is before
 

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core import synthesis
+from dragonfarm_core import synthesis, synthesis_asking, synthesis_files, synthesis_jobs
 from dragonfarm_core.codegen import code
 from dragonfarm_core.data.neardup import repeats
 from dragonfarm_core.llm import Reply
 from dragonfarm_core.rundir import files, launch, location
+from dragonfarm_core.synthesis_quality import garbled
 from tests.llm.llm_fakes import FakeAnthropic, FakeOpenAI
 
 CANARY = "sk-ant-canary-synth-7d1e-do-not-write"
@@ -128,9 +129,9 @@ def test_repeats_marks_exact_and_near_repeats():
 
 
 def test_garbled_text():
-    assert synthesis.garbled("bad \x00 byte") and synthesis.garbled("mojibake \ufffd")
-    assert not synthesis.garbled("1234 5678") and synthesis.garbled("1234 5678", 0.5)
-    assert not synthesis.garbled("Fine words, 12 of them.", 0.5)
+    assert garbled("bad \x00 byte") and garbled("mojibake \ufffd")
+    assert not garbled("1234 5678") and garbled("1234 5678", 0.5)
+    assert not garbled("Fine words, 12 of them.", 0.5)
 
 
 # -- the judge gate ------------------------------------------------------------------------------
@@ -340,7 +341,7 @@ def test_the_file_is_the_source_and_code_of_a_run_trained_on_it_rebuilds_it(
     )
     path = Path(ds.source)
     assert path.parent == runs / files.SYNTHETIC_DIR and path.name.startswith("mine-")
-    record = json.loads(synthesis.record_path(path).read_text())
+    record = json.loads(synthesis_files.record_path(path).read_text())
     assert record["kept"] == 2 and record["file"] == str(path)
     run = dragon.train(ds, str(model_dir), runs_dir=runs)
     script = code(run)
@@ -359,7 +360,7 @@ def test_the_file_is_the_source_and_code_of_a_run_trained_on_it_rebuilds_it(
 def test_open_synthesized_reads_the_result_back(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # file= relative to the working directory, made absolute
     ds = dragon.synthesize(["q"], lambda ps: ["An answer."], file=Path("out") / "my.jsonl")
-    again = synthesis.open_synthesized(ds.source)
+    again = synthesis_files.open_synthesized(ds.source)
     assert again.synthesis == ds.synthesis and again.records() == ds.records()
     assert Path(ds.source) == tmp_path / "out" / "my.jsonl"
     with pytest.raises(ValueError, match="end the name in .jsonl"):
@@ -374,7 +375,7 @@ def test_nothing_kept_raises_with_the_record_and_writes_nothing(runs):
 
 
 def test_progress_is_reported_and_an_interrupt_writes_nothing(runs, monkeypatch):
-    monkeypatch.setattr(synthesis, "BATCH", 2)
+    monkeypatch.setattr(synthesis_asking, "BATCH", 2)
     seen: list[tuple] = []
     ds = dragon.synthesize(
         ["a", "b", "c"], lambda ps: [f"reply {p}" for p in ps], judge=scoring(lambda r: 8),
@@ -423,7 +424,7 @@ def test_a_synthesis_job_with_a_typed_key_writes_the_data_and_never_the_key(runs
     with FakeOpenAI(answer=answer) as server:
         teacher = dragon.llm_openai("m", server.url, api_key=CANARY)
         judge = dragon.judge_openai("m", server.url, api_key=CANARY)
-        job = synthesis.start_synthesis(
+        job = synthesis_jobs.start_synthesis(
             "synthesize",
             ["wifi drops", "bad invoice"],
             {"teacher": teacher, "judge": judge},
@@ -445,7 +446,7 @@ def test_a_synthesis_job_with_a_typed_key_writes_the_data_and_never_the_key(runs
 
 def test_a_pairs_job_that_keeps_nothing_reports_why(runs):
     with FakeOpenAI(answer=lambda p: {"text": "Always the same."}) as server:
-        job = synthesis.start_synthesis(
+        job = synthesis_jobs.start_synthesis(
             "synthesize_pairs",
             ["p1", "p2"],
             {"student": dragon.llm_openai("m", server.url),
@@ -465,15 +466,17 @@ def test_a_job_refuses_a_plain_function_and_bad_settings(runs):
             return "hi"
 
     with pytest.raises(ValueError, match="cannot run as a background job"):
-        synthesis.start_synthesis(
+        synthesis_jobs.start_synthesis(
             "synthesize", ["p"], {"teacher": dragon.llm_openai("m", "http://x/v1"),
                                   "judge": dragon.judge_chatlas(Chat())},
             {}, runs_dir=runs,
         )  # fmt: skip
     with pytest.raises(TypeError, match="teacher must be an LLM"):
-        synthesis.start_synthesis("synthesize", ["p"], {"teacher": lambda ps: ps}, {}, runs)
+        synthesis_jobs.start_synthesis("synthesize", ["p"], {"teacher": lambda ps: ps}, {}, runs)
     with pytest.raises(ValueError, match="min_score"):
-        synthesis.start_synthesis("synthesize", ["p"], {"teacher": "m"}, {"min_score": 11}, runs)
+        synthesis_jobs.start_synthesis(
+            "synthesize", ["p"], {"teacher": "m"}, {"min_score": 11}, runs
+        )
     assert not (runs / files.JOBS_DIR).exists()
 
 

@@ -29,7 +29,7 @@ import gradio as gr
 import dragonfarm_core as dragon
 from dragonfarm_core import codegen
 from dragonfarm_core.rundir import files, refs
-from ui import charts, judge_view, present
+from ui import charts, judge_view, present, watch
 from ui.context import AppContext
 
 MODES = ("Rubric (score 1-10)", "Pairwise (against another model)")
@@ -112,7 +112,6 @@ def _view(
 ) -> tuple[Any, ...]:
     """(summary, progress, table, chart, bias, code, error, log, cancel, go, timer, judging)."""
     keep = gr.skip()
-    active = judging is not None
     return (
         keep if summary is None else summary,
         gr.update(visible=False) if progress is None else gr.update(value=progress, visible=True),
@@ -120,9 +119,7 @@ def _view(
         keep if code is None else code,
         present.error_html(error),
         gr.update(visible=False) if log is None else gr.update(value=log, visible=True),
-        gr.update(interactive=active, value="Cancel"),
-        gr.update(interactive=not active),
-        gr.Timer(active=active),
+        *watch.job_buttons(judging is not None),
         judging,
     )
 
@@ -131,7 +128,7 @@ HIDDEN = (gr.update(visible=False),) * 3
 
 
 def _refused(message: str) -> tuple[Any, ...]:
-    gr.Warning(html.escape(message.splitlines()[0]))
+    watch.warn(message)
     return _view(error=message)
 
 
@@ -163,7 +160,7 @@ def _finished(judging: Judging) -> tuple[Any, ...]:
     try:
         result = judging.job.result()
     except ERRORS as e:
-        gr.Warning(html.escape(str(e).splitlines()[0]))
+        watch.warn(str(e))
         log = "\n".join(judging.job.logs(LOG_LINES))
         return _view(present.hint_html(str(e).splitlines()[0]), None, HIDDEN, error=str(e),
                      log=log)  # fmt: skip
@@ -290,10 +287,7 @@ def build(ctx: AppContext, picker: gr.Dropdown) -> None:
         [picker, mode, against, kind, model, url, key, n, rubric],
         view,
     )
-    timer.tick(tick, judging, view, show_progress="hidden")
-    stop.click(lambda: gr.update(value="Cancelling…", interactive=False), None, stop).then(
-        cancel, judging, view
-    )
+    watch.wire_job(timer, stop, judging, view, tick, cancel)
     for trigger in (mode, kind):
         trigger.change(show_fields, [mode, kind], [against, url, key, model])
     against.focus(lambda: gr.update(choices=against_choices(ctx.runs_dir)), None, against)

@@ -11,16 +11,21 @@ trainer, a second app, or a Python session, so every page sees every writer.
 The observer starts on first use, watching each runs directory asked about, recursively. If a
 directory cannot be watched (inotify limits, a network filesystem) its counters change on every
 call instead, so pages fall back to reading on every tick rather than missing updates.
+
+A page that starts a background job (an evaluation, a judge, a synthesis) watches it the same
+way: `wire_job` ticks its timer and wires its Cancel, `job_buttons` greys out Start while the
+job runs, `warn` toasts a refusal; `select_run` and `succeeded_runs` fill its run picker.
 """
 
 from __future__ import annotations
 
+import html
 import itertools
 import os
 import threading
 import warnings
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +44,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
+import dragonfarm_core as dragon
 from dragonfarm_core.rundir import files
 
 # Writes only: opening and reading a file (which the pages themselves do) must not count as a
@@ -171,3 +177,53 @@ def refresh_picker(
     else:
         keep = current if current in values else fallback(values)
     return gr.update(choices=listed, value=keep), version
+
+
+# -- a job watched from a page --------------------------------------------------------------------
+
+
+def succeeded_runs(runs_dir: Path) -> list[tuple[str, str]]:
+    """Succeeded runs, newest first, as (label, run folder)."""
+    table = dragon.runs(runs_dir)
+    done = table[table["state"] == "succeeded"]
+    return [(f"{r.id} ({r.method})", str(runs_dir / r.id)) for r in done.itertuples()]
+
+
+def select_run(
+    runs_dir: Path, wanted: str | None, choices: Callable[[Path], list[tuple[str, str]]]
+) -> Any:
+    """The run selected on another tab, picked here too once `choices` lists it."""
+    listed = choices(runs_dir)
+    if wanted not in [value for _, value in listed]:
+        return gr.skip()
+    return gr.update(choices=listed, value=wanted)
+
+
+def warn(message: str) -> None:
+    """A toast with the message's first line (escaped: Gradio shows it as HTML)."""
+    gr.Warning(html.escape(message.splitlines()[0]))
+
+
+def job_buttons(active: bool) -> tuple[Any, Any, Any]:
+    """(Cancel button, start button, timer): Cancel and the timer only while a job runs."""
+    return (
+        gr.update(interactive=active, value="Cancel"),
+        gr.update(interactive=not active),
+        gr.Timer(active=active),
+    )
+
+
+def wire_job(
+    timer: gr.Timer,
+    stop: gr.Button,
+    state: gr.State,
+    view: Sequence[Any],
+    tick: Callable[[Any], tuple[Any, ...]],
+    cancel: Callable[[Any], tuple[Any, ...]],
+) -> None:
+    """The timer shows `tick(job state)`; Cancel greys itself out at once (stopping can take
+    seconds), then shows `cancel(job state)`."""
+    timer.tick(tick, state, list(view), show_progress="hidden")
+    stop.click(lambda: gr.update(value="Cancelling…", interactive=False), None, stop).then(
+        cancel, state, list(view)
+    )

@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from dragonfarm_core import ollama_export  # noqa: E402
+from dragonfarm_core import ollama_check, ollama_template  # noqa: E402
 
 # Ollama parses with Option("missingkey=zero") and these functions (template/template.go).
 GO = r"""
@@ -65,14 +65,8 @@ func main() {
 }
 """
 
-TOKENS = {
-    "smollm2": {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"},
-    "qwen2.5": {"eos_token": "<|im_end|>"},
-    "llama3": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
-    "llama3.2": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
-    "gemma2": {"bos_token": "<bos>", "eos_token": "<eos>"},
-    "gemma3": {"bos_token": "<bos>", "eos_token": "<eos>"},
-}
+# The special tokens each template file is rendered with (the models' own).
+TOKENS = json.loads((HERE / "tokens.json").read_text(encoding="utf-8"))
 
 MESSAGES = [
     {"Role": "system", "Content": "Be brief."},
@@ -103,9 +97,9 @@ def cases() -> list[dict]:
     found = []
     for name, tokens in TOKENS.items():
         source = (HERE / f"{name}.jinja").read_text(encoding="utf-8")
-        tmpl = ollama_export.translate(source, tokens)
-        for n, conversation in enumerate(ollama_export.FIXED_CONVERSATIONS):
-            data = ollama_export.ollama_data(tmpl, conversation)
+        tmpl = ollama_template.translate(source, tokens)
+        for n, conversation in enumerate(ollama_check.FIXED_CONVERSATIONS):
+            data = ollama_template.ollama_data(tmpl, conversation)
             found.append({"name": f"{name}/{n}", "template": tmpl.template, "data": data})
     for n, template in enumerate(CONSTRUCTS):
         data = {"Name": "x", "Messages": MESSAGES, "Empty": [], "System": "Be brief."}

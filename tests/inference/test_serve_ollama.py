@@ -21,6 +21,7 @@ from inference_fakes import REPLY, FakeOllama, free_port
 import dragonfarm_core as dragon
 from dragonfarm_core import export
 from dragonfarm_core import ollama_export as oe
+from dragonfarm_core import ollama_template as ot
 from dragonfarm_core.inference import Sampling
 from dragonfarm_core.rundir import files
 
@@ -75,7 +76,7 @@ def test_the_gguf_is_uploaded_as_a_blob_and_the_model_created_from_it(run_dir, g
     assert upload["path"] == f"/api/blobs/{digest}" and upload["method"] == "POST"
     created = server.created["support:v1"]
     assert created["files"] == {gguf.name: digest}
-    assert created["template"] == oe.CHATML_GO and "system" not in created
+    assert created["template"] == ot.CHATML_GO and "system" not in created
     assert created["parameters"]["stop"] == ["<|im_start|>", "<|im_end|>"]
     assert created["parameters"]["temperature"] == 0.7
     # The backend talks to the model it registered.
@@ -88,7 +89,7 @@ def test_the_modelfile_and_the_template_check_are_written_in_the_run(run_dir, gg
         dragon.serve_ollama(run_dir, url=server.url, gguf=gguf, log=lambda line: None)
     text = (run_dir / "ollama" / "Modelfile").read_text()
     assert f"FROM {gguf}" in text  # outside the run: its absolute path
-    assert f'TEMPLATE """{oe.CHATML_GO}"""' in text and 'PARAMETER stop "<|im_end|>"' in text
+    assert f'TEMPLATE """{ot.CHATML_GO}"""' in text and 'PARAMETER stop "<|im_end|>"' in text
     check = json.loads((run_dir / "ollama" / "template_check.json").read_text())
     # The four fixed conversations and the run's one held-out prompt, all identical.
     assert check["identical"] is True and check["checked"] == 5 and check["family"] == "chatml"
@@ -141,7 +142,7 @@ def test_an_unknown_template_family_is_refused_before_anything_is_uploaded(tmp_p
 
 def test_a_mismatching_template_of_your_own_is_registered_with_a_warning(run_dir, gguf):
     lines: list[str] = []
-    own = oe.CHATML_GO.replace("{{ .Role }}\n", "{{ .Role }}: ")
+    own = ot.CHATML_GO.replace("{{ .Role }}\n", "{{ .Role }}: ")
     with FakeOllama("other") as server:
         dragon.serve_ollama(run_dir, name="mine", url=server.url, gguf=gguf, template=own,
                             log=lines.append)  # fmt: skip

@@ -15,7 +15,7 @@ from judge_runs import TwoFacedBackend, make_run, pair_row, reply_of, sft_row
 from llm_fakes import FakeAnthropic
 
 import dragonfarm_core as dragon
-from dragonfarm_core import judgement
+from dragonfarm_core import judge_inputs, judgement
 from dragonfarm_core.llm import Reply
 from dragonfarm_core.rundir import files, status_schema
 
@@ -54,7 +54,7 @@ def test_prompts_of_sft_and_pair_runs_seeded_and_in_file_order(llm_runs_dir):
     # The same rows for another run of the same data: comparable judgements.
     other = make_run(llm_runs_dir, "sft2", [sft_row(i) for i in range(30)])
     assert dragon.prompts(other, n=5, seed=1) == some
-    rows = judgement.data_rows(pairs, n=2, seed=0)
+    rows = judge_inputs.data_rows(pairs, n=2, seed=0)
     assert all(r.reference.startswith("good") for r in rows)  # the chosen reply
     with pytest.raises(ValueError, match="split must be"):
         dragon.prompts(sft, "test")

@@ -10,8 +10,8 @@ import pytest
 from llm_fakes import FakeAnthropic, FakeOpenAI
 
 import dragonfarm_core as dragon
+from dragonfarm_core.judge_questions import REASK
 from dragonfarm_core.judging import (
-    REASK,
     Score,
     as_judge,
     compare_replies,

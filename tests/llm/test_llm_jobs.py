@@ -15,7 +15,7 @@ from judge_runs import make_run, sft_row
 from llm_fakes import FakeAnthropic, FakeOpenAI
 
 import dragonfarm_core as dragon
-from dragonfarm_core import llm_jobs
+from dragonfarm_core import llm_descriptions, llm_jobs
 from dragonfarm_core.rundir import files
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -90,14 +90,14 @@ def test_a_second_judge_job_on_a_run_is_refused_while_one_runs(llm_runs_dir, ech
 def test_descriptions_rebuild_the_same_llm():
     claude = dragon.judge_anthropic(model="claude-x", max_tokens=99, base_url="http://h:1",
                                     system="Be fair.", temperature=0.2)  # fmt: skip
-    assert llm_jobs.llm_from_description(claude.describe()).describe() == claude.describe()
-    assert llm_jobs.llm_from_description(claude.describe(), "k")._api_key == "k"
+    assert llm_descriptions.llm_from_description(claude.describe()).describe() == claude.describe()
+    assert llm_descriptions.llm_from_description(claude.describe(), "k")._api_key == "k"
     gpt = dragon.llm_openai("m", "http://h:2/v1", api_key_env="MY_SERVER_KEY", max_active=2)
-    assert llm_jobs.llm_from_description(gpt.describe()).describe() == gpt.describe()
+    assert llm_descriptions.llm_from_description(gpt.describe()).describe() == gpt.describe()
     local = dragon.judge_local("dragonfarm/tiny-support", max_new_tokens=64)
-    assert llm_jobs.llm_from_description(local.describe()).describe() == local.describe()
+    assert llm_descriptions.llm_from_description(local.describe()).describe() == local.describe()
     with pytest.raises(ValueError, match="cannot run as a background job"):
-        llm_jobs.llm_from_description({"provider": "function", "model": "m.f"})
+        llm_descriptions.llm_from_description({"provider": "function", "model": "m.f"})
     with pytest.raises(ValueError, match="must not hold a key"):
         llm_jobs.start("judge", {"note": "sk-secret"}, keys={"judge": "sk-secret"})
     with pytest.raises(ValueError, match="Unknown job kind"):

@@ -1,4 +1,5 @@
-"""The Data tab's Synthesize section and the Feedback tab's pairs from a run's own samples:
+"""The Data tab's Synthesize section and the Feedback tab's pairs from a run's own samples
+(ui.synthesize_panel, ui.pairs_panel, ui.synthesis_watch, ui.llm_form):
 handlers called directly, the jobs real (`python -m dragonfarm_core.llm_jobs`), the teacher,
 student and judge local HTTP servers spoken to through the official clients.
 
@@ -19,7 +20,7 @@ import dragonfarm_core as dragon
 from dragonfarm_core import synthesis
 from dragonfarm_core.rundir import files
 from tests.llm.llm_fakes import FakeOpenAI
-from ui import synthesis_panel as panel
+from ui import llm_form, pairs_panel, synthesis_watch, synthesize_panel
 
 CANARY = "sk-typed-canary-2b9f-do-not-write"
 VIEW = ["mapped", "counts", "error", "preview", "code", "go", "stop", "timer", "watching"]
@@ -35,10 +36,10 @@ def finish(started: tuple, timeout: float = 120) -> dict:
     watching = view["watching"]
     assert watching is not None, view["error"]
     deadline = time.monotonic() + timeout
-    while watching.job.state in panel.ACTIVE:
+    while watching.job.state in synthesis_watch.ACTIVE:
         assert time.monotonic() < deadline, watching.job.logs(30)
         time.sleep(0.2)
-    return outputs(panel.tick(watching))
+    return outputs(synthesis_watch.tick(watching))
 
 
 def judge_answer(prompt: str) -> dict | None:
@@ -75,7 +76,7 @@ def test_synthesize_from_the_mapped_data_with_a_typed_key_and_a_judge_gate(
     with FakeOpenAI(answer=answer) as server:
         teacher = form(url=server.url, key=CANARY)
         judge = form(url=server.url, key=CANARY)
-        started = panel.start_synthesis(
+        started = synthesize_panel.start_synthesis(
             mapped.split(0.25, seed=1), chat_model, "data", None, "train", 0,
             *synth_inputs(teacher, gate=True, judge=judge, dedupe=False), runs_dir=runs_dir,
         )  # fmt: skip
@@ -103,12 +104,12 @@ def test_synthesize_from_the_mapped_data_with_a_typed_key_and_a_judge_gate(
 
 
 def test_synthesize_needs_mapped_data_or_a_run(chat_model, runs_dir):
-    out = outputs(panel.start_synthesis(
+    out = outputs(synthesize_panel.start_synthesis(
         None, chat_model, "data", None, "train", 0, *synth_inputs(form(url="http://h/v1")),
         runs_dir=runs_dir,
     ))  # fmt: skip
     assert "No mapped dataset yet" in out["error"] and out["watching"] is None
-    out = outputs(panel.start_synthesis(
+    out = outputs(synthesize_panel.start_synthesis(
         None, chat_model, "run", None, "train", 0, *synth_inputs(form(url="http://h/v1")),
         runs_dir=runs_dir,
     ))  # fmt: skip
@@ -133,7 +134,7 @@ def test_pairs_from_a_runs_own_samples_under_a_judge(mapped, chat_model, runs_di
     with FakeOpenAI(answer=answer) as server:
         # The run answers through the session's backend: here a server standing in for it.
         monkeypatch.setenv("DRAGONFARM_BACKEND", f"server:{server.url}|student")
-        started = panel.start_pairs(
+        started = pairs_panel.start_pairs(
             str(run.dir), "train", 5, 2, 2, 0.8, 32, "", *form(url=server.url),
             runs_dir=runs_dir,
         )  # fmt: skip
@@ -151,31 +152,31 @@ def test_pairs_from_a_runs_own_samples_under_a_judge(mapped, chat_model, runs_di
 
 def test_cancel_stops_the_job_and_writes_nothing(mapped, chat_model, runs_dir):
     with FakeOpenAI(answer=lambda p: {"text": "slow"}, delay=2.0) as server:
-        started = panel.start_synthesis(
+        started = synthesize_panel.start_synthesis(
             mapped, chat_model, "data", None, "train", 0,
             *synth_inputs(form(url=server.url)), runs_dir=runs_dir,
         )  # fmt: skip
         watching = outputs(started)["watching"]
-        out = outputs(panel.cancel(watching))
+        out = outputs(synthesis_watch.cancel(watching))
     assert out["counts"].startswith("Cancelled") and out["watching"] is None
     assert watching.job.state == "cancelled"
     assert not (runs_dir / files.SYNTHETIC_DIR).exists()
 
 
 def test_the_form_shows_the_fields_each_provider_needs(runs_dir, tmp_path):
-    url, key, model = panel.show_fields("local")
+    url, key, model = llm_form.show_fields("local")
     assert url["visible"] is False and key["visible"] is False
-    url, key, model = panel.show_fields("openai")
+    url, key, model = llm_form.show_fields("openai")
     assert url["visible"] is True and key["visible"] is True
     with pytest.raises(ValueError, match="Name the local teacher"):
-        panel.make_llm("local", "", "", "", role="teacher", runs_dir=runs_dir)
-    assert panel.make_llm("local", " org/model ", "", "", role="teacher", runs_dir=runs_dir) == (
+        llm_form.make_llm("local", "", "", "", role="teacher", runs_dir=runs_dir)
+    assert llm_form.make_llm("local", " org/model ", "", "", role="teacher", runs_dir=runs_dir) == (
         "org/model"
     )
     with pytest.raises(ValueError, match="outside the runs directory"):
-        panel.make_llm("local", str(tmp_path), "", "", role="teacher", runs_dir=runs_dir)
-    made = panel.make_llm("anthropic", "", "", CANARY, role="t", runs_dir=runs_dir)
-    expr, notes = panel.model_code(made)
+        llm_form.make_llm("local", str(tmp_path), "", "", role="teacher", runs_dir=runs_dir)
+    made = llm_form.make_llm("anthropic", "", "", CANARY, role="t", runs_dir=runs_dir)
+    expr, notes = llm_form.model_code(made)
     assert expr == "dragon.llm_anthropic()" and "ANTHROPIC_API_KEY" in " ".join(notes)
     assert CANARY not in expr + "".join(notes)
 
@@ -183,7 +184,7 @@ def test_the_form_shows_the_fields_each_provider_needs(runs_dir, tmp_path):
 def test_counts_markdown_lists_only_the_reasons_that_dropped_rows():
     record = {"in": 5, "kept": 3, "file": "/x/s.jsonl", "dropped": {"too_short": 2, "garbled": 0},
               "reasons": synthesis.SYNTH_REASONS}  # fmt: skip
-    text = panel.counts_markdown(record)
+    text = synthesis_watch.counts_markdown(record)
     assert "**Kept 3 of 5 prompts.** Written to `/x/s.jsonl`." in text
     assert "| too short | 2 | shorter than min_chars |" in text and "garbled" not in text
 

@@ -1,5 +1,5 @@
 """The Data tab: load a file or the example data, see its first rows, its report and the code;
-or synthesize data with a teacher model (`ui.synthesis_panel`), which becomes the mapped dataset.
+or synthesize data with a teacher model (`ui.synthesize_panel`), which becomes the mapped dataset.
 
 Uploads are copied into `<runs_dir>/uploads/`, so the path in the code panel (and in a run's
 config) keeps working after the app restarts and Gradio's temp files are gone. A file that
@@ -19,7 +19,7 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import dataset_code
-from ui import present, synthesis_panel
+from ui import present, synthesize_panel
 from ui.context import AppContext, report_tokenizer
 
 TITLE = "Data"
@@ -141,4 +141,4 @@ def build(ctx: AppContext) -> None:
     upload.upload(loader, inputs=[upload, ctx.model], outputs=outputs)
     example.click(load_example, inputs=ctx.model, outputs=outputs)
     ctx.mapped.change(show_report, inputs=[ctx.dataset, ctx.mapped, ctx.model], outputs=report)
-    synthesis_panel.build_synthesize(ctx)  # teacher answers -> the mapped dataset
+    synthesize_panel.build_synthesize(ctx)  # teacher answers -> the mapped dataset

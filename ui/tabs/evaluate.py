@@ -15,7 +15,6 @@ language model judge the picked run, alone against a rubric or against another m
 
 from __future__ import annotations
 
-import html
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,10 +69,7 @@ def refresh_runs(runs_dir: Path, seen: int | None, current: str | None) -> tuple
 
 def select(runs_dir: Path, wanted: str | None) -> Any:
     """The selected run (from Train, Monitor or Runs) is picked here too once it has ended."""
-    choices = run_choices(runs_dir)
-    if wanted not in [value for _, value in choices]:
-        return gr.skip()
-    return gr.update(choices=choices, value=wanted)
+    return watch.select_run(runs_dir, wanted, run_choices)
 
 
 def chosen_metrics(names: Sequence[str] | None, pattern: str | None) -> list[Any] | None:
@@ -112,16 +108,13 @@ def _view(
     """The outputs (summary, measures, metrics, samples, code, error, log, cancel button,
     evaluate button, timer, watching); what is None is left as it is."""
     keep = gr.skip()
-    active = watching is not None
     return (
         keep if summary is None else summary,
         *(tables if tables is not None else (keep,) * 3),
         keep if code is None else code,
         present.error_html(error),
         gr.update(visible=False) if log is None else gr.update(value=log, visible=True),
-        gr.update(interactive=active, value="Cancel"),
-        gr.update(interactive=not active),
-        gr.Timer(active=active),
+        *watch.job_buttons(watching is not None),
         watching,
     )
 
@@ -139,7 +132,7 @@ def _results(ev: Any, code: str) -> tuple[Any, ...]:
 
 
 def _refused(message: str) -> tuple[Any, ...]:
-    gr.Warning(html.escape(message.splitlines()[0]))
+    watch.warn(message)
     return _view(error=message)
 
 
@@ -169,7 +162,7 @@ def _finished(watching: Watching) -> tuple[Any, ...]:
     try:
         ev = watching.pending.result()
     except EVALUATE_ERRORS as e:
-        gr.Warning(html.escape(str(e).splitlines()[0]))
+        watch.warn(str(e))
         log = "\n".join(watching.pending.logs(LOG_LINES))
         return _view(present.hint_html(str(e).splitlines()[0]), error=str(e), log=log)
     return _results(ev, watching.code)
@@ -304,16 +297,12 @@ def build(ctx: AppContext) -> None:
     timer = gr.Timer(TICK_S, active=False)  # ticks only while a recompute runs
 
     view = [summary, measures, metrics, samples, code, error, log, stop, go, timer, watching]
-    quiet: dict[str, Any] = {"show_progress": "hidden"}
     go.click(
         partial(run_evaluation, runs_dir=ctx.runs_dir),
         [picker, names, pattern, n_samples, recompute],
         view,
     )
-    timer.tick(tick, watching, view, **quiet)
-    stop.click(lambda: gr.update(value="Cancelling…", interactive=False), None, stop).then(
-        cancel, watching, view
-    )
+    watch.wire_job(timer, stop, watching, view, tick, cancel)
     picker.focus(partial(refresh_runs, ctx.runs_dir), [seen, picker], [picker, seen])
     ctx.run.change(partial(select, ctx.runs_dir), ctx.run, picker)
     judge_panel.build(ctx, picker)  # the Judge section: the picked run, judged by an LLM

@@ -15,7 +15,6 @@ the step. The picked run is resolved in the app's runs dir (`refs.resolve_run`).
 
 from __future__ import annotations
 
-import html
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -23,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
-import pandas as pd
 
 import dragonfarm_core as dragon
 from dragonfarm_core.codegen import export_code
@@ -31,6 +29,7 @@ from dragonfarm_core.export_summary import ExportSummary, summary
 from dragonfarm_core.rundir import files, refs
 from ui import present, watch
 from ui.context import AppContext
+from ui.export_view import checks_markdown, files_table
 
 TITLE = "Export"
 TICK_S = 1.0
@@ -60,11 +59,8 @@ class Watching:
     read_at: float
 
 
-def run_choices(runs_dir: Path) -> list[tuple[str, str]]:
-    """Succeeded runs, newest first, as (label, run folder)."""
-    table = dragon.runs(runs_dir)
-    done = table[table["state"] == "succeeded"]
-    return [(f"{r.id} ({r.method})", str(runs_dir / r.id)) for r in done.itertuples()]
+# Succeeded runs, newest first, as (label, run folder): only their models can be exported.
+run_choices = watch.succeeded_runs
 
 
 def refresh_runs(runs_dir: Path, seen: int | None, current: str | None) -> tuple[Any, Any]:
@@ -73,82 +69,7 @@ def refresh_runs(runs_dir: Path, seen: int | None, current: str | None) -> tuple
 
 def select(runs_dir: Path, wanted: str | None) -> Any:
     """The run selected elsewhere is picked here too once it has succeeded."""
-    choices = run_choices(runs_dir)
-    if wanted not in [value for _, value in choices]:
-        return gr.skip()
-    return gr.update(choices=choices, value=wanted)
-
-
-# --- what the run's exports wrote ---------------------------------------------------------------
-
-
-def size_text(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
-def files_table(s: ExportSummary) -> pd.DataFrame:
-    return pd.DataFrame(
-        {"file": [p for p, _ in s.files], "size": [size_text(n) for _, n in s.files]}
-    )
-
-
-def _verdict(ok: bool | None) -> str:
-    return "✅ pass" if ok else "❌ fail" if ok is False else "—"
-
-
-def _token(side: Any) -> str:
-    if not isinstance(side, dict):
-        return "?"
-    return f"`{side.get('text')!r}` (id {side.get('id')})"
-
-
-def checks_markdown(s: ExportSummary) -> str:
-    """Every check's verdict, with the first differing token when one failed."""
-    lines = ["| check | result | detail |", "|---|---|---|"]
-    m = s.merge_check
-    if m:
-        detail = f"{m.get('prompts')} {m.get('split')} prompts, greedy token ids compared"
-        d = m.get("first_difference")
-        if d:
-            detail = (f"prompt {d.get('prompt')}, {d.get('in')} token {d.get('position')}: "
-                      f"expected {_token(d.get('expected'))}, merged {_token(d.get('merged'))}")  # fmt: skip
-        lines.append(
-            f"| merge: merged = base + adapter | {_verdict(m.get('identical'))} | {detail} |"
-        )
-    for g in s.gguf_checks:
-        d = g.get("first_difference")
-        detail = (
-            f"{g.get('prompts')} prompts; prompt tokens identical: "
-            f"{'yes' if g.get('templates_identical') else 'no'}; greedy replies identical "
-            f"{g.get('replies_identical')}/{g.get('prompts')} (shortest agreement "
-            f"{g.get('min_agree_tokens')} of {g.get('max_new_tokens')} tokens)"
-        )
-        if isinstance(d, dict):
-            where = "prompt (chat template)" if d.get("in") == "prompt" else "greedy reply"
-            detail = (f"{where} {d.get('prompt')}, token {d.get('position')}: transformers "
-                      f"{_token(d.get('hf'))}, llama.cpp {_token(d.get('gguf'))}")  # fmt: skip
-        lines.append(f"| GGUF template round trip ({g.get('file')}) | "
-                     f"{_verdict(g.get('passed'))} | {detail} |")  # fmt: skip
-    t = s.template_check
-    if t:
-        if t.get("identical") is None:
-            detail = "the GGUF's own template (not checked)"
-        else:
-            detail = f"{t.get('family')}: {t.get('checked')} conversations; {s.template_detail}"
-        lines.append(f"| Ollama template = HF chat template | {_verdict(t.get('identical'))} | "
-                     f"{detail.replace('|', '/')} |")  # fmt: skip
-    if s.registered:
-        r = s.registered
-        lines.append(f"| registered with Ollama | ✅ | `{r.get('name')}` at {r.get('url')} |")
-    if s.published:
-        p = s.published
-        lines.append(f"| published | ✅ | [{p.get('repo')}]({p.get('url')}) ({p.get('what')}) |")
-    if len(lines) == 2:
-        return present.hint_html("Nothing exported yet: merge the run first.")
-    return "\n".join(lines)
+    return watch.select_run(runs_dir, wanted, run_choices)
 
 
 # --- the view -----------------------------------------------------------------------------------
@@ -220,10 +141,9 @@ def _finished(w: Watching) -> tuple[Any, ...]:
     try:
         outcome = w.pending.wait(0)
     except (*ERRORS, TimeoutError) as e:
-        first = str(e).splitlines()[0]
-        gr.Warning(html.escape(first))
-        return _view(present.hint_html(first), error=str(e), log=log, outputs=summary(w.run),
-                     code=w.code)  # fmt: skip
+        watch.warn(str(e))
+        return _view(present.hint_html(str(e).splitlines()[0]), error=str(e), log=log,
+                     outputs=summary(w.run), code=w.code)  # fmt: skip
     done = f"**{DOING[w.step]}** run `{w.run.name}`: done."
     if isinstance(outcome, dict) and outcome.get("url") and w.step == "publish":
         done += f" [{outcome.get('repo')}]({outcome['url']})"
@@ -270,7 +190,7 @@ def start(
                        "private": bool(private)}  # fmt: skip
             pending = dragon.start_publish(path, token=(token or "").strip() or None, **options)
     except ERRORS as e:
-        gr.Warning(html.escape(str(e).splitlines()[0]))
+        watch.warn(str(e))
         return _view(error=str(e), token=cleared)
     w = Watching(step, path, pending, export_code(path, step, **options),
                  watch.run_version(path), time.monotonic())  # fmt: skip
@@ -296,10 +216,9 @@ def cancel(w: Watching | None) -> tuple[Any, ...]:
     return _finished(w)
 
 
-def build(ctx: AppContext) -> None:
-    picker = gr.Dropdown([], value=None, label="Run", allow_custom_value=True,
-                         info="Runs that have succeeded; open the list to refresh it.",
-                         elem_id="export-run")  # fmt: skip
+def _steps() -> tuple[Any, ...]:
+    """The four steps' columns: (merge, quant, gguf, name, url, ollama, repo, what, private,
+    token, publish)."""
     with gr.Row():
         with gr.Column():
             gr.Markdown("**Merge**: a standalone model (plain transformers), checked.")
@@ -323,6 +242,14 @@ def build(ctx: AppContext) -> None:
                                info="Optional: else HF_TOKEN or `hf auth login`. Never stored.",
                                elem_id="export-token")  # fmt: skip
             publish = gr.Button("Publish", variant="primary", elem_id="export-publish")
+    return merge, quant, gguf, name, url, ollama, repo, what, private, token, publish
+
+
+def build(ctx: AppContext) -> None:
+    picker = gr.Dropdown([], value=None, label="Run", allow_custom_value=True,
+                         info="Runs that have succeeded; open the list to refresh it.",
+                         elem_id="export-run")  # fmt: skip
+    merge, quant, gguf, name, url, ollama, repo, what, private, token, publish = _steps()
     stop = gr.Button("Cancel", interactive=False, elem_id="export-cancel")
     error = gr.HTML(elem_id="export-error")
     status = gr.Markdown(present.hint_html(NO_RUN), elem_id="export-status")
@@ -346,10 +273,7 @@ def build(ctx: AppContext) -> None:
         (publish, "publish"),
     ):
         button.click(partial(start, step, runs_dir=ctx.runs_dir), inputs, view)
-    timer.tick(tick, watching, view, show_progress="hidden")
-    stop.click(lambda: gr.update(value="Cancelling…", interactive=False), None, stop).then(
-        cancel, watching, view
-    )
+    watch.wire_job(timer, stop, watching, view, tick, cancel)
     picker.change(partial(show, runs_dir=ctx.runs_dir), [picker, watching], view)
     picker.focus(partial(refresh_runs, ctx.runs_dir), [seen, picker], [picker, seen])
     ctx.run.change(partial(select, ctx.runs_dir), ctx.run, picker)

@@ -5,7 +5,7 @@ re-reads it when its size or time changes, so ratings from another browser or a 
 appear by themselves. "Build SFT dataset" and "Build preference pairs" call `dragon.feedback`
 once, which writes `sft-<time>.jsonl` and `pairs-<time>.jsonl` under the runs folder's
 feedback/, and hand the dataset to the Train tab as the mapped dataset. Preference pairs can
-also come from a run's own samples ranked by a judge (`ui.synthesis_panel`), without ratings.
+also come from a run's own samples ranked by a judge (`ui.pairs_panel`), without ratings.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dragonfarm_core.feedback_store import (
     read_events,
     sft_rows,
 )
-from ui import present, synthesis_panel
+from ui import pairs_panel, present
 from ui.context import AppContext
 
 TITLE = "Feedback"
@@ -139,4 +139,4 @@ def build(ctx: AppContext) -> None:
             [ctx.mapped, built, code, error, *listing],
         )
     gr.Timer(TICK_S).tick(partial(tick, ctx.runs_dir), version, listing, show_progress="hidden")
-    synthesis_panel.build_pairs(ctx)  # pairs from a run's own samples, under a judge
+    pairs_panel.build_pairs(ctx)  # pairs from a run's own samples, under a judge
