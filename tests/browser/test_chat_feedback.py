@@ -64,7 +64,7 @@ def test_chat_with_a_trained_run_rate_edit_and_see_the_feedback(
     expect(page.locator("#chat-code")).to_contain_text(f"{trained}")
     expect(page.locator("#chat-code")).to_contain_text("max_new_tokens=24")
     page.locator("#chat-down-0").click()
-    expect(page.locator("#chat-notice")).to_contain_text("👎 saved", timeout=WAIT_MS)
+    expect(page.locator("#chat-notice")).to_contain_text("👎 Bad saved", timeout=WAIT_MS)
     expect(page.locator("#chat-code")).to_contain_text('c.rate("down")')
 
     say(page, "I tried that. What else?", 2)
