@@ -17,7 +17,8 @@ through the public API exactly as a user would run it, each measured on held-out
   them (`prefer`), then `judge(dpo, against=sft)` with the same judge on the held-out tickets:
   wins, ties and losses, and the mean house-style score of each run's greedy replies.
   Not yet a reliable win on this model (so no test asserts it): 6W 10T 4L and 3W 13T 4L in two
-  runs of the defaults (DPO 2 epochs; the samples are not seeded), 5W 4T 11L with 8 epochs.
+  runs of the defaults (DPO 2 epochs; the samples are not seeded), 5W 4T 11L with 8 epochs,
+  3W 11T 6L with 8 samples a prompt at temperature 0.5 and 3 epochs.
 
 Each stage prints its before/after; the last line holds the key figures as key=value pairs,
 for example `sft_loss_drop=0.41 sft_style=0.92 dpo_pref_acc=0.86 grpo_reward=0.71`.
