@@ -14,9 +14,9 @@ from dragonfarm_core import synthesis, synthesis_asking, synthesis_files, synthe
 from dragonfarm_core.codegen import code
 from dragonfarm_core.data.neardup import repeats
 from dragonfarm_core.llm import Reply
-from dragonfarm_core.rundir import files, launch, location
+from dragonfarm_core.rundir import files, launch
 from dragonfarm_core.synthesis_quality import garbled
-from tests.llm.llm_fakes import FakeAnthropic, FakeOpenAI
+from tests.llm.llm_fakes import FakeAnthropic, FakeOpenAI, isolated_runs_dir
 
 CANARY = "sk-ant-canary-synth-7d1e-do-not-write"
 
@@ -24,13 +24,7 @@ CANARY = "sk-ant-canary-synth-7d1e-do-not-write"
 @pytest.fixture(autouse=True)
 def runs(tmp_path, monkeypatch) -> Path:
     """The runs dir (and so the response cache and synthetic/) in tmp; no Anthropic settings."""
-    root = tmp_path / "runs"
-    root.mkdir()
-    monkeypatch.setattr(location, "_configured", None)
-    monkeypatch.setenv(location.ENV_VAR, str(root))
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    return root
+    return isolated_runs_dir(tmp_path, monkeypatch)
 
 
 def table(ds) -> list[dict]:

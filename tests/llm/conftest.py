@@ -7,15 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dragonfarm_core.rundir import location
+from tests.llm.llm_fakes import isolated_runs_dir
 
 
 @pytest.fixture(autouse=True)
 def llm_runs_dir(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "runs"
-    root.mkdir()
-    monkeypatch.setattr(location, "_configured", None)
-    monkeypatch.setenv(location.ENV_VAR, str(root))
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    return root
+    return isolated_runs_dir(tmp_path, monkeypatch)

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 
@@ -181,3 +182,17 @@ class FakeOpenAI(ScriptedServer):
             ],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
         }
+
+
+def isolated_runs_dir(tmp_path: Path, monkeypatch) -> Path:
+    """A fresh runs dir (so the response cache and synthetic/ live in tmp) and no Anthropic
+    settings from the environment."""
+    from dragonfarm_core.rundir import location
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    monkeypatch.setattr(location, "_configured", None)
+    monkeypatch.setenv(location.ENV_VAR, str(root))
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    return root
