@@ -11,12 +11,19 @@ Everything goes through llama-server's documented HTTP endpoints (/health, /appl
 torch-side check job can use it. The server listens on 127.0.0.1 only, on a free port, with a
 single slot; it is stopped (its process group killed) when the block ends. Its log goes to a
 file, whose tail a failure to start reports.
+
+llama-server answers any Origin (CORS `*`) and any Host, so without a key any page the user
+visits could find the port and use the model. Each server gets a fresh random API key, handed
+over in its environment (LLAMA_API_KEY: a process's environment is readable only by its user,
+its argv by everyone) with the allow-listed rest (`childenv`); every request here sends it, and
+llama-server answers 401 to anything without it except /health.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import subprocess
 import time
@@ -28,7 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from dragonfarm_core.llama_cpp import SERVER, LlamaCpp
-from dragonfarm_core.rundir import files
+from dragonfarm_core.rundir import childenv, files
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 120.0
@@ -67,6 +74,7 @@ class LlamaServer:
     port: int
     log: Path
     gguf: Path
+    api_key: str = field(default="", repr=False)
     _closed: bool = field(default=False, repr=False)
 
     @property
@@ -90,6 +98,8 @@ class LlamaServer:
         gguf = Path(gguf).resolve()
         log_path = Path(log) if log is not None else gguf.parent / f".{gguf.name}.server.log"
         port = free_port()
+        api_key = secrets.token_urlsafe(32)
+        env = {**childenv.child_env(), "LLAMA_API_KEY": api_key}
         argv = [str(binary), "-m", str(gguf), "--host", HOST, "--port", str(port),
                 "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "-np", "1",
                 "--no-webui", "--jinja", "--no-warmup", "-ngl", "0"]  # fmt: skip
@@ -97,11 +107,12 @@ class LlamaServer:
             process = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
+                env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own group: stop() takes whatever it started
             )
-        server = cls(process, port, log_path, gguf)
+        server = cls(process, port, log_path, gguf, api_key)
         deadline = time.monotonic() + timeout
         while True:
             if process.poll() is not None:
@@ -128,7 +139,9 @@ class LlamaServer:
     def _request(self, path: str, body: dict[str, Any] | None, timeout: float) -> Any:
         data = None if body is None else json.dumps(body).encode("utf-8")
         request = urllib.request.Request(
-            self.url + path, data=data, headers={"Content-Type": "application/json"}
+            self.url + path,
+            data=data,
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key}"},
         )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:

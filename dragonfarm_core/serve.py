@@ -155,7 +155,7 @@ def gguf_backend(path: str, name: str | None, ctx: int) -> tuple[Any, Backend, s
     name = name or gguf.stem
     server = LlamaServer.start(find_llama_cpp(), gguf, threads=os.cpu_count() or 2, ctx=ctx,
                                log=gguf.parent / f".{gguf.name}.serve.log")  # fmt: skip
-    return server, backend_server(f"{server.url}/v1", name), name
+    return server, backend_server(f"{server.url}/v1", name, api_key=server.api_key), name
 
 
 def merged_run_name(path: str) -> str | None:
