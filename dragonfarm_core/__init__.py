@@ -44,7 +44,7 @@ from dragonfarm_core.inference import (
     worker_stop,
 )
 from dragonfarm_core.judge_inputs import prompts
-from dragonfarm_core.judgement import Judgement, judge
+from dragonfarm_core.judgement import Judgement, judge, read_judgement
 from dragonfarm_core.llm import (
     LLM,
     Reply,
@@ -183,6 +183,7 @@ __all__ = [
     "publish",
     "presets",
     "progress",
+    "read_judgement",
     "reinforce",
     "reward",
     "resolve_model",

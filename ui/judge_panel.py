@@ -37,6 +37,7 @@ KINDS = ("Anthropic", "OpenAI-compatible", "Local model")
 DEFAULT_CLAUDE = "claude-opus-5"
 BASE = "base"
 NO_RUN = "Pick a finished run above, then judge it."
+NOT_JUDGED = "This run has not been judged yet: pick a judge and press Judge."
 ERRORS = (ValueError, TypeError, OSError, RuntimeError)
 TICK_S = 1.0
 LOG_LINES = 20
@@ -144,7 +145,7 @@ def _running(judging: Judging, status: dict[str, Any]) -> tuple[Any, ...]:
     return _view(summary, bar, HIDDEN, judging.code, log=log, judging=judging)
 
 
-def _results(result: Any, code: str) -> tuple[Any, ...]:
+def _results(result: Any, code: str, earlier: bool = False) -> tuple[Any, ...]:
     summary = result.summary
     pairwise = result.mode == "pairwise"
     results = (
@@ -152,8 +153,10 @@ def _results(result: Any, code: str) -> tuple[Any, ...]:
         gr.update(value=judge_view.figure(result.mode, summary), visible=True),
         gr.update(value=judge_view.position_bias_markdown(summary), visible=pairwise),
     )
-    return _view(judge_view.summary_markdown(result.run_id, result.mode, summary), None,
-                 results, code)  # fmt: skip
+    text = judge_view.summary_markdown(result.run_id, result.mode, summary)
+    if earlier:
+        text = f"*The run's latest judgement, from its judge.json.*\n\n{text}"
+    return _view(text, None, results, code)
 
 
 def _finished(judging: Judging) -> tuple[Any, ...]:
@@ -167,6 +170,29 @@ def _finished(judging: Judging) -> tuple[Any, ...]:
     if result is None:
         return _view(error="The judge job ended without a judgement; see its log.")
     return _results(result, judging.code)
+
+
+def show_earlier(
+    run_dir: str | None, judging: Judging | None, *, runs_dir: Path
+) -> tuple[Any, ...]:
+    """A run picked -> its latest judgement (judge.json) with the code that made it, or the
+    hint to judge it. While a judge job runs, its view stays."""
+    if judging is not None:
+        return (gr.skip(),) * N_OUTPUTS
+    result = None
+    if run_dir:
+        try:
+            result = dragon.read_judgement(refs.resolve_run(run_dir, runs_dir))
+        except ERRORS:  # a run that went away or is not in the runs dir: nothing to show
+            result = None
+    if result is None:
+        return _view(present.hint_html(NOT_JUDGED if run_dir else NO_RUN), None, HIDDEN,
+                     CODE_HINT)  # fmt: skip
+    settings = result.settings
+    code = codegen.judge_code(run_dir or "", result.judge, result.against,
+                              int(settings.get("n") or 20), settings.get("rubric"),
+                              seed=int(settings.get("seed", 42)))  # fmt: skip
+    return _results(result, code, earlier=True)
 
 
 def start_judging(
@@ -288,6 +314,7 @@ def build(ctx: AppContext, picker: gr.Dropdown) -> None:
         view,
     )
     watch.wire_job(timer, stop, judging, view, tick, cancel)
+    picker.change(partial(show_earlier, runs_dir=ctx.runs_dir), [picker, judging], view)
     for trigger in (mode, kind):
         trigger.change(show_fields, [mode, kind], [against, url, key, model])
     against.focus(lambda: gr.update(choices=against_choices(ctx.runs_dir)), None, against)

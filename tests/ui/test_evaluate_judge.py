@@ -122,6 +122,33 @@ def test_pairwise_from_the_page_with_a_typed_key(sft_run, runs_dir: Path):
     assert dragon.runs(runs_dir).iloc[0]["judge"] == "vs base: 0W 3T 0L (n=3)"
 
 
+def test_picking_a_run_shows_its_earlier_judgement(sft_run, runs_dir: Path):
+    shown = outputs(judge_panel.show_earlier(str(sft_run.dir), None, runs_dir=runs_dir))
+    assert judge_panel.NOT_JUDGED in shown["summary"] and shown["table"]["visible"] is False
+    assert shown["code"] == judge_panel.CODE_HINT
+    with FakeAnthropic(answer=pick_tuned_first) as server:
+        started = judge_panel.start_judging(
+            str(sft_run.dir), PAIRWISE, "base", "Anthropic", "", server.url, CANARY, 3, None,
+            runs_dir=runs_dir,
+        )  # fmt: skip
+        running = outputs(started)
+        # a run picked while the job runs leaves the job's view alone
+        assert judge_panel.show_earlier(None, running["judging"], runs_dir=runs_dir) == (
+            (SKIP,) * judge_panel.N_OUTPUTS
+        )
+        watch_until_done(running)
+    shown = outputs(judge_panel.show_earlier(str(sft_run.dir), None, runs_dir=runs_dir))
+    assert "latest judgement" in shown["summary"] and "0 wins, 3 ties, 0 losses" in shown["summary"]
+    assert shown["table"]["visible"] is True and len(shown["table"]["value"]) == 3
+    assert shown["bias"]["visible"] is True
+    assert 'against="base"' in shown["code"] and "n=3" in shown["code"]
+    assert CANARY not in repr(shown)
+    nothing = outputs(judge_panel.show_earlier(None, None, runs_dir=runs_dir))
+    assert judge_panel.NO_RUN in nothing["summary"]
+    outside = outputs(judge_panel.show_earlier("/etc", None, runs_dir=runs_dir))
+    assert judge_panel.NOT_JUDGED in outside["summary"]
+
+
 def test_rubric_from_the_page_through_an_openai_compatible_server(sft_run, runs_dir: Path):
     def answer(prompt: str) -> dict:
         n = int(re.search(r"echo: Device (\d+)", prompt).group(1))
