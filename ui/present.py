@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import html
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from dragonfarm_core.rundir import files
 
 PREVIEW_ROWS = 20
 CELL_CHARS = 300
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
 # One colour per kind of preview segment: (label in the legend, background, text colour).
 SEGMENT_STYLES: dict[str, tuple[str, str, str]] = {
@@ -62,6 +64,20 @@ def dataset_summary(name: str, fmt: str | None, rows: int, columns: Sequence[str
     return f"**{name}** ({fmt or 'in memory'}): {rows} rows, {len(columns)} columns: {cols}"
 
 
+def message_html(message: str) -> str:
+    """A plain-text message as HTML: escaped, its `code` spans (messages quote commands and
+    names in backticks, as in markdown) as <code> instead of literal backticks."""
+    return CODE_SPAN.sub(r"<code>\1</code>", html.escape(message))
+
+
+def user_file_names(message: str, paths: Mapping[str, str]) -> str:
+    """`message` with each server-side path in `paths` (an upload's copy under the runs folder)
+    replaced by the file name the person uploaded: they never saw the copy's folder."""
+    for path, name in sorted(paths.items(), key=lambda item: -len(item[0])):
+        message = message.replace(path, name)
+    return message
+
+
 def error_html(message: str | None) -> str:
     """A visible red box with the message, or nothing when there is no error."""
     if not message:
@@ -69,13 +85,13 @@ def error_html(message: str | None) -> str:
     return (
         '<div class="df-error" role="alert" style="border:1px solid #ef4444;'
         "background:#fef2f2;color:#7f1d1d;border-radius:8px;padding:10px 14px;"
-        'white-space:pre-wrap"><strong>Problem:</strong> ' + html.escape(message) + "</div>"
+        'white-space:pre-wrap"><strong>Problem:</strong> ' + message_html(message) + "</div>"
     )
 
 
 def hint_html(message: str) -> str:
     """A quiet grey line saying what to do next."""
-    return f'<div class="df-hint" style="color:#6b7280;padding:6px 0">{html.escape(message)}</div>'
+    return f'<div class="df-hint" style="color:#6b7280;padding:6px 0">{message_html(message)}</div>'
 
 
 def _segment_html(text: str, kind: str) -> str:

@@ -2,8 +2,10 @@
 
 Formats: CSV, TSV, JSON (an array of objects), JSON Lines, Parquet and Excel .xlsx, chosen by
 the file's extension or by `format=`. Text files must be UTF-8 (a BOM is fine, so are CRLF line
-ends and quoted multi-line cells). Files larger than the cap are refused before they are read:
-the cap is `max_bytes=`, else `DRAGONFARM_MAX_DATASET_BYTES`, else 1 GiB.
+ends and quoted multi-line cells); a file that is not text at all (an image, an archive renamed
+.csv) is refused as such (`sniff.py`), not as a wrong encoding. Files larger than the cap are
+refused before they are read: the cap is `max_bytes=`, else `DRAGONFARM_MAX_DATASET_BYTES`,
+else 1 GiB.
 
 Every failure is a `DatasetError` that names the file and the line, row or column at fault.
 """
@@ -22,6 +24,7 @@ import pandas as pd
 from dragonfarm_core.data.cells import cell_text, frame_from_records, frame_from_rows
 from dragonfarm_core.data.errors import DatasetError
 from dragonfarm_core.data.jsonfiles import read_json_items, read_jsonl_items
+from dragonfarm_core.data.sniff import binary_kind
 
 FORMATS = ("csv", "tsv", "json", "jsonl", "parquet", "xlsx")
 EXTENSIONS = {
@@ -105,6 +108,12 @@ def check_file(path: str | os.PathLike[str], max_bytes: int | None = None) -> Pa
 def read_text(path: Path) -> str:
     """The file decoded as UTF-8, without a BOM; other encodings are refused with the place."""
     data = path.read_bytes()
+    kind = binary_kind(data)
+    if kind is not None:
+        raise DatasetError(
+            f"{path} is not a text file: it looks like {kind}. CSV, TSV, JSON and JSONL files "
+            "are text; choose the file that holds your data, or export it as CSV (UTF-8)."
+        )
     bom = data.startswith(b"\xef\xbb\xbf")
     body = data[3:] if bom else data
     try:

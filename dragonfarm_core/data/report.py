@@ -57,7 +57,7 @@ class DataReport:
 
     def to_markdown(self) -> str:
         """A small table, then the notes as a list."""
-        tok = "estimated as characters / 4" if self.tokens_estimated else self.tokenizer
+        tok = "estimated as characters / 4" if self.tokens_estimated else _tokenizer_name(self)
         empty = ", ".join(f"{k}: {v}" for k, v in self.empty.items()) or "none"
         rows = [
             ("rows", f"{self.n_rows} ({self.n_usable} usable)"),
@@ -70,7 +70,8 @@ class DataReport:
         ]
         if self.kind == "pairs":
             rows.insert(2, ("chosen = rejected", str(self.identical_pairs)))
-        lines = [f"### Data report: {self.name}", "", "| | |", "|---|---|"]
+        # A real header row: an empty one renders as a blank bar above the table.
+        lines = [f"### Data report: {self.name}", "", "| measure | value |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in rows]
         return "\n".join(lines + [""] + [f"- {n}" for n in self.notes]).rstrip()
 
@@ -84,6 +85,16 @@ class DataReport:
             f"  {tok}: {_stats(self.tokens)}\n"
             f"  over {self.max_seq_len} tokens: {self.truncated_rows}"
         )
+
+
+def _tokenizer_name(report: DataReport) -> str:
+    """How the table names the tokenizer: the model folder it came from, not its full path
+    (an internal path as a row label says nothing); `to_dict()` keeps the path."""
+    where = report.tokenizer or ""
+    path = Path(where)
+    if path.name != "tokenizer.json":
+        return f"counted with {where}" if where else "counted"
+    return f"counted with the tokenizer of {path.parent.name or 'the model'}"
 
 
 def _stats(values: dict[str, float] | None) -> str:

@@ -305,7 +305,8 @@ def wait_turn(job_dir: str | os.PathLike[str], key: str | None = None) -> bool:
                 files.write_json(_ticket_path(tickets, me.pid), {**mine, "state": "running"})
                 now = files.now_iso()
                 files.update_status(job_dir, state="running", started_at=now, heartbeat=now)
-                print(f"[dragonfarm] {now} running (queue {key}).", flush=True)
+                # The key is the device the trainer resolves ("cpu", "cuda:0"): say it plainly.
+                print(f"[dragonfarm] {now} running on {key}.", flush=True)
                 return True
         if (len(ahead), len(running)) != said:
             said = (len(ahead), len(running))

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from dragonfarm_core.methods import method
 from dragonfarm_core.rundir import files, queue
+from dragonfarm_core.trainers.log_noise import quiet_library_noise
 
 TRAINER_MODULE_ENV = "DRAGONFARM_TRAINER_MODULE"
 
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     run_dir = Path(argv[0]).resolve()
+    quiet_library_noise()  # train.log is what the Monitor shows: no library internals in it
     try:
         return _train(run_dir)
     finally:

@@ -26,6 +26,7 @@ from typing import Any
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import files, jobs
 from dragonfarm_core.trainers.config import TrainConfig, load_config
+from dragonfarm_core.trainers.log_noise import quiet_library_noise
 
 # The modules that import torch are imported inside the functions below: as a queued trainer
 # does, a queued evaluator waits for its device turn (jobs.run_job) with nothing heavy loaded.
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{ns.run_dir} is not a run directory: it has no {files.CONFIG}.")
     if ns.n_samples < 0:
         parser.error("--n-samples must be 0 or more.")
+    quiet_library_noise()  # the job's log is shown in the app: no library internals in it
     if ns.job:
         return jobs.run_job(ns.job, lambda: _recompute(ns.run_dir, ns.n_samples))
     _recompute(ns.run_dir, ns.n_samples)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from playwright.sync_api import expect
+from table_view import headers_out_of_view
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = [
@@ -78,3 +79,49 @@ def test_the_runs_folder_is_never_served(app_server, tmp_path: Path):
                 assert b"hunter2" not in response.read()
         except urllib.error.HTTPError as e:
             assert e.code in (403, 404)
+
+
+WIDE = [
+    {"ticket_id": f"IT-{1000 + i}", "requester_department": "Finance", "category": "network",
+     "subject": "VPN authentication failed",
+     "description": "My laptop cannot connect to the VPN since this morning; the client says "
+                    "'authentication failed' although my password works on the intranet.",
+     "resolution_summary": "Reset the token in the portal, then reconnect. " * 3,
+     "duration_minutes": str(30 + i)}
+    for i in range(4)
+]  # fmt: skip
+
+
+@pytest.mark.browser
+def test_wide_data_fits_1400px_and_a_bad_upload_keeps_it_once(page, tmp_path: Path):
+    page.set_viewport_size({"width": 1400, "height": 900})
+    wide = tmp_path / "helpdesk.csv"
+    pd.DataFrame(WIDE).to_csv(wide, index=False)
+    page.locator("#data-upload input[type=file]").set_input_files(str(wide))
+    expect(page.locator("#data-table")).to_contain_text("IT-1003")
+    # Every column, the right-hand ones too, is on screen, and no header breaks mid-word.
+    assert headers_out_of_view(page, "#data-table", 1400) == []
+    expect(page.locator("#data-report")).not_to_contain_text("tokenizer.json")
+    assert page.locator("#data-report thead th").first.inner_text().strip() == "measure"
+    expect(page.locator("#data-active")).to_contain_text("helpdesk.csv · 4 rows")
+    # The code panel's pale syntax colours are darkened by the app's CSS (ui/layout.py).
+    code_filter = "e => getComputedStyle(e).filter"
+    assert page.eval_on_selector("#data-code .cm-content", code_filter).startswith("brightness")
+
+    # An empty file after it: one message (no toast), naming the file as uploaded, and the
+    # old dataset stays active on every tab that uses it.
+    empty = tmp_path / "empty.csv"
+    empty.write_bytes(b"")
+    page.locator("#data-upload").get_by_label("Clear").click()
+    page.locator("#data-upload input[type=file]").set_input_files(str(empty))
+    error = page.locator("#data-error .df-error")
+    expect(error).to_contain_text("empty.csv is empty")
+    expect(error).to_contain_text("Kept helpdesk.csv (4 rows) as the active dataset.")
+    expect(error).not_to_contain_text("uploads")
+    expect(page.locator(".toast-body")).to_have_count(0)
+    # The upload box empties (its file is not the active one), ready for the next file.
+    expect(page.locator("#data-upload input[type=file]")).to_have_count(1)
+    expect(page.locator("#data-table")).to_contain_text("IT-1003")
+    for tab, line in (("Mapping", "#mapping-active"), ("Train", "#train-active")):
+        page.get_by_role("tab", name=tab).click()
+        expect(page.locator(line)).to_contain_text("helpdesk.csv · 4 rows")

@@ -174,6 +174,25 @@ def test_non_utf8_after_bom_counts_the_bom(write):
         dataset(write("b.csv", b"\xef\xbb\xbfq\nab\xff\n"))
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "kind"),
+    [
+        ("photo.csv", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "a PNG image"),
+        ("book.csv", b"PK\x03\x04\x14\x00\x06\x00\x08\x00\xff", "a zip archive (an Excel .xlsx"),
+        ("blob.jsonl", b'{"q": 1}\n\x00\x01\x02\xff', "binary data"),
+    ],
+)
+def test_a_binary_file_is_not_a_text_file(write, name, content, kind):
+    with pytest.raises(DatasetError, match="not a text file") as caught:
+        dataset(write(name, content))
+    assert f"it looks like {kind}" in str(caught.value) and "iconv" not in str(caught.value)
+
+
+def test_utf16_text_is_an_encoding_problem_not_a_binary_file(write):
+    with pytest.raises(DatasetError, match="not valid UTF-8.*iconv"):
+        dataset(write("excel.csv", "q,a\nhi,ho\n".encode("utf-16")))
+
+
 def test_xlsx_header_only(tmp_path):
     import openpyxl
 

@@ -141,3 +141,15 @@ def test_bad_tokenizer_and_max_seq_len(tmp_path, tickets_csv):
         ds.report(tokenizer=tmp_path / "tokenizer.json")
     with pytest.raises(DatasetError, match="max_seq_len"):
         ds.report(max_seq_len=0)
+
+
+def test_markdown_has_a_header_row_and_names_the_tokenizer_by_its_model(tmp_path, word_tokenizer):
+    df = pd.DataFrame({"q": ["one two", "three"], "a": ["four", "five six seven"]})
+    md = (
+        dataset(df).map(prompt="q", response="a").report(tokenizer=tmp_path / "model").to_markdown()
+    )
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    assert table[0] == "| measure | value |"  # a real header, not an empty bar above the rows
+    assert "| | |" not in md
+    assert "| length in tokens (counted with the tokenizer of model) |" in md
+    assert str(tmp_path) not in md  # an internal path is no row label

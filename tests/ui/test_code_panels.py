@@ -26,13 +26,13 @@ def slots(**values: str) -> list[str]:
 
 
 def test_data_panel_code_runs(qa_csv: Path, uploads_dir: Path):
-    ds = data.load_upload(str(qa_csv), dragon.ResolvedModel.bundled(), uploads_dir, 10)[0]
+    ds = data.load_upload(str(qa_csv), dragon.ResolvedModel.bundled(), None, uploads_dir, 10)[0]
     rebuilt = run_snippet(data.data_code(ds, dragon.ResolvedModel.bundled()))["ds"]
     assert rebuilt.source == ds.source and rebuilt.frame.equals(ds.frame)
 
 
 def test_example_data_panel_code_runs():
-    code = data.load_example(dragon.ResolvedModel.bundled())[4]
+    code = data.load_example(dragon.ResolvedModel.bundled(), None)[4]
     assert run_snippet(code)["ds"].source == dragon.example_data()
 
 

@@ -36,3 +36,15 @@ def test_python_code_makes_the_example_path_portable():
         code
         == "import json\n\nimport dragonfarm_core as dragon\n\nds = dragon.dataset(dragon.example_data())\n"
     )
+
+
+def test_messages_show_code_spans_as_code_not_backticks():
+    box = present.error_html("Run `iconv -f latin1 <in> out`; a lone ` stays.")
+    assert "<code>iconv -f latin1 &lt;in&gt; out</code>" in box  # escaped inside the span too
+    assert box.count("`") == 1  # the unpaired backtick is plain text
+    assert (
+        present.user_file_names(
+            "/srv/runs/uploads/a-2.csv: bad", {"/srv/runs/uploads/a-2.csv": "a.csv"}
+        )
+        == "a.csv: bad"
+    )

@@ -3,13 +3,14 @@ or synthesize data with a teacher model (`ui.synthesize_panel`), which becomes t
 
 Uploads are copied into `<runs_dir>/uploads/`, so the path in the code panel (and in a run's
 config) keeps working after the app restarts and Gradio's temp files are gone. A file that
-cannot be read leaves the previous dataset loaded and says what is wrong.
+cannot be read leaves the previous dataset loaded and says what is wrong, naming the file as
+the person uploaded it (not its copy), and that the previous dataset was kept; the line
+`ui.active_data` shows on each tab names the dataset that is active.
 """
 
 from __future__ import annotations
 
 import filecmp
-import html
 import shutil
 from functools import partial
 from pathlib import Path
@@ -19,7 +20,7 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import dataset_code
-from ui import present, synthesize_panel
+from ui import active_data, present, synthesize_panel, table_widths
 from ui.context import AppContext, report_tokenizer
 
 TITLE = "Data"
@@ -61,36 +62,54 @@ def data_code(ds: dragon.Dataset, model: dragon.ResolvedModel) -> str:
     )
 
 
-def _loaded(ds: dragon.Dataset, model: dragon.ResolvedModel) -> tuple[Any, ...]:
+def preview_table(ds: dragon.Dataset) -> Any:
+    """The first rows, with column widths that keep every column in a 1400 px window."""
+    rows = present.table_preview(ds.frame)
+    return gr.update(value=rows, column_widths=table_widths.column_widths(rows))
+
+
+def _loaded(ds: dragon.Dataset, model: dragon.ResolvedModel, upload_box: Any) -> tuple[Any, ...]:
     summary = present.dataset_summary(ds.name, ds.format, len(ds), ds.columns)
     report = ds.report(tokenizer=report_tokenizer(model)).to_markdown()
-    return ds, present.table_preview(ds.frame), summary, report, data_code(ds, model), ""
+    return ds, preview_table(ds), summary, report, data_code(ds, model), "", upload_box
 
 
-def _refused(message: str) -> tuple[Any, ...]:
-    gr.Warning(html.escape(message))  # Gradio renders the toast as HTML
-    # Everything else keeps showing the dataset that is still loaded.
-    return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), present.error_html(message)
+def _refused(message: str, current: dragon.Dataset | None) -> tuple[Any, ...]:
+    # One message per problem: the box under the upload, no toast as well (toasts stack, and
+    # said the same thing twice). Everything else keeps showing the dataset still loaded.
+    # The upload box is emptied: the file it showed is not the active one, and the next file
+    # can be dropped at once.
+    problem = f"{message}\n\n{active_data.kept_note(current)}"
+    return (gr.skip(),) * 5 + (present.error_html(problem), None)
 
 
 def load_upload(
-    upload: str | None, model: dragon.ResolvedModel, uploads_dir: Path, max_upload_mb: int
+    upload: str | None,
+    model: dragon.ResolvedModel,
+    current: dragon.Dataset | None,
+    uploads_dir: Path,
+    max_upload_mb: int,
 ) -> tuple[Any, ...]:
-    """Uploaded file -> (dataset, table, summary, report, code, error box)."""
+    """Uploaded file -> (dataset, table, summary, report, code, error box, upload box); a file
+    that cannot be read keeps `current` and says so, naming the file as the person uploaded it."""
     if not upload:
-        return (gr.skip(),) * 6
+        return (gr.skip(),) * 7
+    copy: Path | None = None
     try:
-        return _loaded(dragon.dataset(save_upload(upload, uploads_dir, max_upload_mb)), model)
+        copy = save_upload(upload, uploads_dir, max_upload_mb)
+        return _loaded(dragon.dataset(copy), model, gr.skip())
     except dragon.DatasetError as e:
-        return _refused(str(e))
+        names = {} if copy is None else {str(copy.resolve()): Path(upload).name}
+        return _refused(present.user_file_names(str(e), names), current)
 
 
-def load_example(model: dragon.ResolvedModel) -> tuple[Any, ...]:
-    """The bundled support tickets -> (dataset, table, summary, report, code, error box)."""
+def load_example(model: dragon.ResolvedModel, current: dragon.Dataset | None) -> tuple[Any, ...]:
+    """The bundled support tickets -> the same outputs as `load_upload`; the upload box is
+    emptied (the file it showed is no longer the active one)."""
     try:
-        return _loaded(dragon.dataset(dragon.example_data()), model)
+        return _loaded(dragon.dataset(dragon.example_data()), model, None)
     except (dragon.DatasetError, FileNotFoundError) as e:
-        return _refused(str(e))
+        return _refused(str(e), current)
 
 
 def show_report(
@@ -103,7 +122,7 @@ def show_report(
     try:
         return current.report(tokenizer=report_tokenizer(model)).to_markdown()
     except dragon.DatasetError as e:
-        return present.error_html(str(e))
+        return present.error_html(active_data.user_message(str(e), current))
 
 
 def build(ctx: AppContext) -> None:
@@ -118,6 +137,7 @@ def build(ctx: AppContext) -> None:
         with gr.Column(scale=1):
             example = gr.Button("Use the example data", elem_id="data-example")
             gr.Markdown("Support tickets with a subject, body, product and the agent's reply.")
+    active_data.build_active(ctx, "data-active")
     error = gr.HTML(elem_id="data-error")
     summary = gr.Markdown(elem_id="data-summary")
     table = gr.Dataframe(
@@ -134,11 +154,11 @@ def build(ctx: AppContext) -> None:
         elem_id="data-code",
     )
 
-    outputs = [ctx.dataset, table, summary, report, code, error]
+    outputs = [ctx.dataset, table, summary, report, code, error, upload]
     loader = partial(
         load_upload, uploads_dir=ctx.uploads_dir, max_upload_mb=ctx.profile.max_upload_mb
     )
-    upload.upload(loader, inputs=[upload, ctx.model], outputs=outputs)
-    example.click(load_example, inputs=ctx.model, outputs=outputs)
+    upload.upload(loader, inputs=[upload, ctx.model, ctx.dataset], outputs=outputs)
+    example.click(load_example, inputs=[ctx.model, ctx.dataset], outputs=outputs)
     ctx.mapped.change(show_report, inputs=[ctx.dataset, ctx.mapped, ctx.model], outputs=report)
     synthesize_panel.build_synthesize(ctx)  # teacher answers -> the mapped dataset

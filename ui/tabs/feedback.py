@@ -32,6 +32,10 @@ from ui.context import AppContext
 
 TITLE = "Feedback"
 TICK_S = 2.0
+# time, feedback, run or model, prompt, reply, edit: the three texts share most of the row, so
+# the reply and the edit stay on screen at 1400 px, and no header is narrower than its words
+# (without widths the prompt took the row and "feedback" broke into "feedbac k").
+COLUMN_WIDTHS: list[str | int] = ["10%", "8%", "16%", "22%", "22%", "22%"]
 EMPTY = (
     "No feedback yet: rate (👍 / 👎) or edit replies in the Chat tab, or add a conversation "
     "as a training example; they appear here."
@@ -121,7 +125,7 @@ def build(ctx: AppContext) -> None:
     error = gr.HTML(elem_id="feedback-error")
     records = gr.Dataframe(
         table, label="Feedback events, newest first", interactive=False, wrap=True,
-        elem_id="feedback-records",
+        column_widths=COLUMN_WIDTHS, elem_id="feedback-records",
     )  # fmt: skip
     code = gr.Code(
         present.python_code(feedback_call(ctx.runs_dir) + "\nprint(fb.records)"),

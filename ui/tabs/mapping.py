@@ -4,7 +4,8 @@ preference pairs, RL prompts, whole conversations), and see rows as the model wi
 Column chips insert "{column}" into the selected slot; typing a template works the same. Every
 change maps the loaded dataset again and renders the first rows through the chosen model's chat
 template, the learned part highlighted against the masked context, so a wrong mapping shows up
-before any training starts.
+before any training starts. The line at the top (`ui.active_data`) names the dataset being
+mapped and the mapping Train will use; errors name the file, not its copy in the runs folder.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dragonfarm_core.chat_template import (
     render,
 )
 from dragonfarm_core.data.codegen import dataset_code, literal
-from ui import present
+from ui import active_data, present
 from ui.context import AppContext, report_tokenizer
 
 TITLE = "Mapping"
@@ -193,11 +194,12 @@ def remap(
         html = preview_html(mapped, model)
         report = mapped.report(tokenizer=report_tokenizer(model)).to_markdown()
     except (dragon.DatasetError, ChatTemplateError) as e:
-        return None, "", "", CODE_HINT, present.error_html(str(e))
+        return None, "", "", CODE_HINT, present.error_html(active_data.user_message(str(e), ds))
     return mapped, html, report, mapping_code(ds, mapped, slots["messages"], model), ""
 
 
 def build(ctx: AppContext) -> None:
+    active_data.build_active(ctx, "mapping-active")
     kind = gr.Radio(KINDS, value="sft", label="What does each row hold?", elem_id="mapping-kind")
     with gr.Row():
         with gr.Column(scale=2):
