@@ -32,6 +32,7 @@ COLUMNS = [
     "final_loss",
     "continued_from",
     "judge",
+    "trained_on",
 ]
 FORCE_CANCEL_TIMEOUT_S = 10
 
@@ -53,6 +54,14 @@ def _judge_label(summary: Any) -> str | None:
     writes the label), e.g. "vs base: 12W 5T 3L (n=20)" or "score 7.2/10 (n=20)"."""
     label = summary.get("label") if isinstance(summary, dict) else None
     return label if isinstance(label, str) else None
+
+
+def _trained_on(status: dict[str, Any]) -> str | None:
+    """Where a run trained: "remote (cuda)" for imported results (results_import writes it),
+    "here (cpu)" for a local run that started, None before either."""
+    if isinstance(status.get("trained_on"), str):
+        return str(status["trained_on"])
+    return f"here ({status['device']})" if isinstance(status.get("device"), str) else None
 
 
 def _row(run_dir: Path) -> dict[str, Any]:
@@ -88,6 +97,7 @@ def _row(run_dir: Path) -> dict[str, Any]:
         "final_loss": _final_loss(run_dir, status),
         "continued_from": Path(parent).name if isinstance(parent, str) and parent else None,
         "judge": _judge_label(status.get("judge")),
+        "trained_on": _trained_on(status),
         "_created": str(config.get("created_at") or ""),
     }
 

@@ -25,7 +25,7 @@ import pandas as pd
 
 import dragonfarm_core as dragon
 from dragonfarm_core.rundir import files, refs
-from ui import charts, present, watch
+from ui import charts, present, remote_panel, watch
 from ui.context import AppContext
 
 TITLE = "Monitor"
@@ -196,6 +196,7 @@ def build(ctx: AppContext) -> None:
         stop = gr.Button("Cancel", interactive=False, scale=1, elem_id="monitor-cancel")
         again = gr.Button("Resume", interactive=False, scale=1, elem_id="monitor-resume")
     header = gr.Markdown(present.hint_html(NO_RUN), elem_id="monitor-header")
+    importing = remote_panel.import_controls(ctx, picker, "monitor")  # a bundled run's results
     bar = gr.HTML(elem_id="monitor-progress")
     error = gr.HTML(elem_id="monitor-error")
     chart = gr.Plot(label="Training curves", elem_id="monitor-chart")
@@ -240,3 +241,4 @@ def build(ctx: AppContext) -> None:
     )
     again.click(partial(resume, runs_dir=inside), picker, view)
     log.change(None, None, None, js=SCROLL_LOG)
+    remote_panel.wire_import(ctx, importing, picker, code)

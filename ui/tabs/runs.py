@@ -21,7 +21,7 @@ import gradio as gr
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.rundir import files, refs, store
-from ui import present, watch
+from ui import present, remote_panel, watch
 from ui.context import AppContext
 
 TITLE = "Runs"
@@ -172,6 +172,7 @@ def build(ctx: AppContext) -> None:
             elem_id="runs-force",
         )
     message = gr.HTML(elem_id="runs-message")
+    importing = remote_panel.import_controls(ctx, chosen, "runs")  # a bundled run's results
     with gr.Accordion("Archived runs", open=False):
         archived_table = gr.Dataframe(interactive=False, wrap=True, elem_id="runs-archived")
         with gr.Row():
@@ -210,6 +211,7 @@ def build(ctx: AppContext) -> None:
     restorer.click(partial(unarchive, runs_dir=ctx.runs_dir), archived, outcome).then(
         reload, pickers, listing
     )
+    remote_panel.wire_import(ctx, importing, chosen, code)
     # A force offered for one run must not carry over to another.
     chosen.change(no_force, None, force)
     timer.tick(

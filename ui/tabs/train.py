@@ -36,7 +36,7 @@ from dragonfarm_core.profiles import Profile, get_profile
 from dragonfarm_core.rewards import Reward, reward_names
 from dragonfarm_core.rundir import refs
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
-from ui import present, watch
+from ui import active_data, present, remote_panel, watch
 from ui.context import AppContext
 from ui.rewards_builder import build_rewards
 from ui.settings_form import read_group, read_groups, settings_widgets, shown_fields
@@ -245,6 +245,14 @@ def start(
     return str(run.dir), started, present.portable_code(dragon.code(run)), ""
 
 
+def checked_spec(*values: Any, runs_dir: Path, profile: Profile | None = None) -> dragon.RunSpec:
+    """Start's input values -> the RunSpec it would start, rewards checked against the profile
+    (what "Run elsewhere" bundles)."""
+    mapped, model, method, parent, name, beta, rewards, *settings = values
+    check_rewards_allowed(rewards, profile)
+    return read_spec(mapped, model, method, parent, name, beta, rewards, settings, runs_dir)
+
+
 def offer_monitor(error: str | None) -> Any:
     """After Start: the way on to the Monitor, shown when the run started."""
     return gr.update(visible=not error)
@@ -273,6 +281,7 @@ def describe_model(model: ResolvedModel) -> str:
 
 
 def build(ctx: AppContext) -> None:
+    active_data.build_active(ctx, "train-active")  # which data Start trains
     with gr.Row():
         model_text = gr.Markdown(describe_model(ctx.model.value), elem_id="train-model")
         parent = gr.Dropdown(
@@ -300,7 +309,10 @@ def build(ctx: AppContext) -> None:
         lora_widgets = settings_widgets(Lora)
     with gr.Accordion("Hardware", open=False):
         hardware_widgets = settings_widgets(Hardware)
-    go = gr.Button("Start training", variant="primary", elem_id="train-start")
+    with gr.Row():
+        go = gr.Button("Start training", variant="primary", elem_id="train-start", scale=2)
+        elsewhere = remote_panel.elsewhere_controls()  # bundles instead, for a cloud GPU
+    elsewhere_shown = remote_panel.elsewhere_outputs()
     started = gr.Markdown(elem_id="train-started")
     to_monitor = gr.Button(
         "Watch it in the Monitor →", visible=False, size="sm", elem_id="train-open-monitor"
@@ -326,6 +338,8 @@ def build(ctx: AppContext) -> None:
     ).then(offer_monitor, error, to_monitor)
     if ctx.tabs is not None:
         to_monitor.click(open_monitor, None, ctx.tabs)
+    checked = partial(checked_spec, profile=ctx.profile)
+    remote_panel.wire_elsewhere(ctx, elsewhere, elsewhere_shown, inputs, code, checked)
     gr.on(
         [w.change for w in inputs],  # type: ignore[attr-defined]  # every input has .change
         partial(preview_code, runs_dir=ctx.runs_dir),
