@@ -102,7 +102,7 @@ def _runs_dir_argument(runs_dir: str | os.PathLike[str] | None) -> str | None:
     return str(home)
 
 
-def _head(dataset: dict[str, Any], model: str) -> tuple[list[str], str]:
+def head_lines(dataset: dict[str, Any], model: str) -> tuple[list[str], str]:
     """The import, the dataset line, `parent = dragon.open_run(...)` when continuing a run;
     and how the call names the model."""
     lines = ["import dragonfarm_core as dragon", "", dataset_code(dataset, var="ds").rstrip()]
@@ -111,12 +111,12 @@ def _head(dataset: dict[str, Any], model: str) -> tuple[list[str], str]:
     return [*lines, f"parent = dragon.open_run({literal(model)})"], "parent"
 
 
-def _script(head: list[str], target: str, function: str, arguments: list[str]) -> str:
+def write_script(head: list[str], target: str, function: str, arguments: list[str]) -> str:
     call = "".join(f"    {a},\n" for a in arguments)
     return "\n".join([*head, "", f"{target} = dragon.{function}(\n{call})", ""])
 
 
-def _call_arguments(spec: RunSpec, model: str, runs_dir: Any) -> list[str]:
+def call_arguments(spec: RunSpec, model: str, runs_dir: Any) -> list[str]:
     row = spec.row
     args = ["ds", model]
     if sum(r.function == row.function for r in METHODS.values()) > 1:
@@ -149,25 +149,31 @@ def _call_arguments(spec: RunSpec, model: str, runs_dir: Any) -> list[str]:
 def spec_code(spec: RunSpec, runs_dir: str | os.PathLike[str] | None = None) -> str:
     """Python source that starts the run `spec` describes, in `runs_dir` (written only when it
     is not the configured default)."""
-    head, model = _head(spec.dataset_dict(), spec.model)
-    return _script(head, "run", spec.row.function, _call_arguments(spec, model, runs_dir))
+    head, model = head_lines(spec.dataset_dict(), spec.model)
+    return write_script(head, "run", spec.row.function, call_arguments(spec, model, runs_dir))
 
 
 def dry_run_code(dataset: Any, model: str, settings: GrpoArgs, max_prompts: int) -> str:
     """The Python of a dry run: `dragon.test_rewards` with the rewards, model, prompts and
     sampling settings GRPO would use."""
     spec = dataset if isinstance(dataset, dict) else dataset.spec()
-    head, model_arg = _head(spec, model)
+    head, model_arg = head_lines(spec, model)
     arguments = [
         rewards_code(list(settings.rewards)), model_arg, "ds", f"n={settings.group_size}",
         f"max_new_tokens={settings.max_new_tokens}",
         f"temperature={literal(settings.temperature)}", f"max_prompts={max_prompts}",
     ]  # fmt: skip
-    return _script(head, "table", "test_rewards", arguments) + "print(table)\n"
+    return write_script(head, "table", "test_rewards", arguments) + "print(table)\n"
 
 
 def code(run: Run | str | os.PathLike[str]) -> str:
-    """Python source that reproduces `run` (a Run, its directory, or its id)."""
+    """Python source that reproduces `run` (a Run, its directory, or its id), or a pipeline
+    (a Pipeline, its id or its record: `pipeline_code`)."""
+    from dragonfarm_core import pipeline_code, pipeline_record  # pipeline_code imports this
+
+    record = pipeline_record.resolve(run)
+    if record is not None:
+        return pipeline_code.pipeline_code(record)
     run = open_run(run)
     config = run.config
     if config.get("method", "sft") not in METHODS:
@@ -240,7 +246,7 @@ def synthesis_code(
         if k in defaults and v != defaults[k].default
     ]
     head = ["import dragonfarm_core as dragon", "", *prompts]
-    script = _script(head, target, function, arguments)
+    script = write_script(head, target, function, arguments)
     if comments:  # right above the call they are about
         call = f"{target} = dragon.{function}("
         script = script.replace(call, "\n".join([*comments, call]), 1)
@@ -274,7 +280,7 @@ def judge_code(
                 "max_new_tokens": (max_new_tokens, 256), "seed": (seed, 42)}  # fmt: skip
     arguments.append("judge=judge")
     arguments += [f"{k}={_value(v)}" for k, (v, default) in defaults.items() if v != default]
-    script = _script(lines, "j", "judge", arguments)
+    script = write_script(lines, "j", "judge", arguments)
     return script + "print(j.summary)\nprint(j.details)\n"
 
 
@@ -326,4 +332,4 @@ def compare_code(
     if not arguments and runs_dir is not None:
         arguments.append(f"runs_dir={literal(str(runs_dir))}")
     head = ["import dragonfarm_core as dragon"]
-    return _script(head, "table", "compare", arguments) + "print(table)\n"
+    return write_script(head, "table", "compare", arguments) + "print(table)\n"

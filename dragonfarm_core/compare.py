@@ -34,6 +34,7 @@ from typing import Any
 
 import pandas as pd
 
+from dragonfarm_core import pipeline_record
 from dragonfarm_core.evaluation import stored_metrics
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import files, launch, location, store
@@ -95,17 +96,21 @@ def _read(run_dir: Path, what: str, reader: Callable[[], Any], kind: type = dict
     return value if isinstance(value, kind) else None
 
 
-def _refs(given: Iterable[Any]) -> list[Any]:
-    """The run references, lists and tuples of them flattened; anything else is a TypeError."""
+def _refs(given: Iterable[Any], runs_dir: Any = None) -> list[Any]:
+    """The run references, lists and tuples of them flattened, a pipeline (handle, id or
+    record) as its runs; anything else is a TypeError."""
     out: list[Any] = []
     for ref in given:
         if isinstance(ref, list | tuple):
-            out += _refs(ref)
+            out += _refs(ref, runs_dir)
+        elif (record := pipeline_record.resolve(ref, runs_dir)) is not None:
+            out += pipeline_record.run_dirs(pipeline_record.read(record))
         elif isinstance(ref, Run | str | os.PathLike):
             out.append(ref)
         else:
             raise TypeError(
-                f"compare() takes runs: a Run, a run id or a run folder, or a list of them; got "
+                f"compare() takes runs: a Run, a run id or a run folder, a pipeline, or a list of "
+                f"them; got "
                 f"{type(ref).__name__} ({ref!r}). dragon.runs() lists the runs."
             )
     return out
@@ -116,7 +121,7 @@ def _runs(given: tuple[Any, ...], runs_dir: Any) -> list[Run]:
     (inside `runs_dir` when it is given); none given: every run in the runs dir, oldest first."""
     if given:
         found: dict[Path, Run] = {}
-        for ref in _refs(given):
+        for ref in _refs(given, runs_dir):
             run = open_run(ref, runs_dir)
             found.setdefault(run.dir, run)
         return list(found.values())

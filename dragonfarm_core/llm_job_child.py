@@ -86,7 +86,7 @@ KINDS: dict[str, Callable[[dict[str, Any], Context], None]] = {
 }
 
 
-class _Scrubbed(io.TextIOBase):
+class Scrubbed(io.TextIOBase):
     """A text stream that writes what it is given with every secret replaced by ***."""
 
     def __init__(self, stream: Any, secrets: list[str]) -> None:
@@ -115,7 +115,7 @@ class _Scrubbed(io.TextIOBase):
         return str(getattr(self._stream, "encoding", "utf-8"))
 
 
-def _read_keys() -> dict[str, str]:
+def read_keys() -> dict[str, str]:
     """The secrets the launcher wrote on stdin (nothing when stdin is empty or not a pipe)."""
     try:
         raw = sys.stdin.buffer.read() if sys.stdin is not None else b""
@@ -150,8 +150,8 @@ def _work(job_dir: Path, keys: dict[str, str]) -> Callable[[], None]:
 
 def run_child(job_dir: Path) -> int:
     """The job in `job_dir`, to its end: its exit status (`jobs.run_job`)."""
-    keys = _read_keys()
+    keys = read_keys()
     secrets = list(keys.values())
-    sys.stdout = _Scrubbed(sys.stdout, secrets)
-    sys.stderr = _Scrubbed(sys.stderr, secrets)
+    sys.stdout = Scrubbed(sys.stdout, secrets)
+    sys.stderr = Scrubbed(sys.stderr, secrets)
     return jobs.run_job(job_dir, _work(job_dir.resolve(), keys))

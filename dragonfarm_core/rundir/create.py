@@ -117,7 +117,7 @@ def _check_run_dir(run_dir: Any) -> Path | None:
     return path
 
 
-def _new_dir(run_dir: Any, runs_dir: Any, label: str) -> Path:
+def new_dir(run_dir: Any, runs_dir: Any, label: str) -> Path:
     """Create and return the run's folder: `run_dir` as given, or a fresh id under runs_dir."""
     path = _check_run_dir(run_dir)
     if path is not None:
@@ -136,7 +136,7 @@ def _new_dir(run_dir: Any, runs_dir: Any, label: str) -> Path:
     raise FileExistsError(f"Could not find a free run id for {base} in {root}.")
 
 
-def _save_source(run_dir: Path, dataset: Any, spec: dict[str, Any]) -> dict[str, Any]:
+def save_source(run_dir: Path, dataset: Any, spec: dict[str, Any]) -> dict[str, Any]:
     """A dataset with no file gets its rows saved in the run, so code(run) can rebuild it."""
     if spec.get("source"):
         return spec
@@ -200,10 +200,10 @@ def write_run(
     train, held_out = _dataset_rows(spec)
     model_block = _model_config(spec.model, spec.revision, spec.trust_remote_code)
     label = spec.name or model_block["model"]["name"]
-    path = _new_dir(run_dir, runs_dir, label)
+    path = new_dir(run_dir, runs_dir, label)
     try:
         group = None if spec.method_args is None else spec.method_args.copy_into(path)
-        dataset = _save_source(path, spec.dataset, spec.dataset_dict())
+        dataset = save_source(path, spec.dataset, spec.dataset_dict())
         files.write_jsonl(path / files.TRAIN_DATA, train)
         files.write_jsonl(path / files.EVAL_DATA, held_out)
         files.write_status(path, {"state": "queued", "queued_at": files.now_iso()})
