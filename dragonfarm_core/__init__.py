@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from dragonfarm_core.bundle import bundle, pack_run
 from dragonfarm_core.codegen import code
 from dragonfarm_core.compare import compare
 from dragonfarm_core.conversation import Chat, chat, chat_load
@@ -67,9 +68,22 @@ from dragonfarm_core.models import (
     resolve_model,
 )
 from dragonfarm_core.ollama_export import serve_ollama, start_serve_ollama
+from dragonfarm_core.pipeline_chain import PipelineError
+from dragonfarm_core.pipeline_steps import steps
+from dragonfarm_core.pipelines import (
+    Pipeline,
+    open_pipeline,
+    pipeline,
+    pipeline_cancel,
+    pipeline_status,
+    resume_pipeline,
+)
 from dragonfarm_core.preference import prefer
 from dragonfarm_core.publishing import publish, start_publish
 from dragonfarm_core.reinforcement import reinforce, test_rewards
+from dragonfarm_core.remote import python_requirements, remote, remote_providers
+from dragonfarm_core.results_check import ResultsRefused
+from dragonfarm_core.results_import import import_results
 from dragonfarm_core.rewards import Reward, RewardError, reward
 from dragonfarm_core.rundir.location import runs_dir, set_runs_dir
 from dragonfarm_core.rundir.run import Run, RunFailedError, open_run
@@ -129,10 +143,13 @@ __all__ = [
     "Lora",
     "MergeJob",
     "ModelError",
+    "Pipeline",
+    "PipelineError",
     "PreferenceArgs",
     "Reply",
     "Reward",
     "ResolvedModel",
+    "ResultsRefused",
     "RewardError",
     "Run",
     "RunFailedError",
@@ -148,6 +165,7 @@ __all__ = [
     "backend_local",
     "backend_ollama",
     "backend_server",
+    "bundle",
     "cancel",
     "chat",
     "chat_load",
@@ -163,6 +181,7 @@ __all__ = [
     "export_gguf",
     "feedback",
     "generate",
+    "import_results",
     "judge",
     "judge_anthropic",
     "judge_chatlas",
@@ -177,17 +196,26 @@ __all__ = [
     "metric_regex",
     "metrics",
     "open_run",
+    "pack_run",
     "open_synthesized",
+    "open_pipeline",
+    "pipeline",
+    "pipeline_cancel",
+    "pipeline_status",
     "prefer",
     "prompts",
     "publish",
+    "python_requirements",
     "presets",
     "progress",
     "read_judgement",
     "reinforce",
+    "remote",
+    "remote_providers",
     "reward",
     "resolve_model",
     "resume",
+    "resume_pipeline",
     "runs",
     "runs_dir",
     "set_backend",
@@ -202,6 +230,7 @@ __all__ = [
     "start_judge",
     "start_synthesis",
     "status",
+    "steps",
     "synthesize",
     "synthesize_pairs",
     "test_rewards",

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import dragonfarm_core as dragon
-from dragonfarm_core import cli_talk, cli_train
+from dragonfarm_core import cli_pack, cli_pipeline, cli_talk, cli_train
 from dragonfarm_core.http_guard import ALLOWED_HOSTS_HELP
 from dragonfarm_core.inference import InferenceError
 from dragonfarm_core.profiles import profile_names
@@ -293,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--message", default=None, help="the commit message")
     p.add_argument("--no-gguf", action="store_true", help="leave the run's GGUF files out")
     _runs_dir_flag(p)
+
+    cli_pipeline.add_commands(sub, _command, _runs_dir_flag)
+    cli_pack.add_commands(sub, _command, _runs_dir_flag)
 
     p = _command(sub, "check", "report versions, the training device and why", _check)
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
