@@ -233,6 +233,7 @@ def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
             "duration": [duration_text(d) for d in frame["duration"]],
             "final loss": ["" if pd.isna(x) else f"{x:.4f}" for x in frame["final_loss"]],
             "continued from": frame["continued_from"].fillna(""),
+            "trained on": frame["trained_on"].fillna(""),
         }
     )
 

@@ -27,6 +27,7 @@ from results_fakes import (
 
 import dragonfarm_core as dragon
 from dragonfarm_core import results_check
+from ui import present
 
 # Duplicate names are one of the hostile cases; zipfile warns as it writes them.
 pytestmark = pytest.mark.filterwarnings("ignore:Duplicate name:UserWarning")
@@ -251,6 +252,8 @@ def test_good_results_import_and_the_run_behaves_as_a_finished_one(tmp_path):
     assert list(run.progress()["loss"]) == [2.0, 1.0]
     listed = dragon.runs(tmp_path / "runs").iloc[0]
     assert (listed["state"], listed["trained_on"]) == ("succeeded", "remote (cuda)")
+    shown = present.runs_table(dragon.runs(tmp_path / "runs"))  # the Runs tab's table
+    assert shown.iloc[0]["trained on"] == "remote (cuda)"
     assert not list((run.dir / "bundle").glob(".import-*"))
     with pytest.raises(dragon.ResultsRefused, match="not bundled"):  # a second import
         dragon.import_results(run, write_zip(tmp_path / "r2.zip", good_results(run)))
