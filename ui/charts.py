@@ -154,8 +154,15 @@ def _amount(value: object) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
-def progress_html(state: str | None, step: int, total: int | None, eta_s: float | None) -> str:
-    """A bar with 'step 12 / 40 (30 %)' and the time left while the run is going.
+def progress_html(
+    state: str | None,
+    step: int,
+    total: int | None,
+    eta_s: float | None,
+    phase: str | None = None,
+) -> str:
+    """A bar with 'step 12 / 40 (30 %)' and the time left while the run is going; past the
+    last step (status `phase` "finishing"), what it is still doing.
 
     Whatever a status holds (it comes from a file), the bar is drawn: a value of the wrong
     type counts as missing."""
@@ -167,7 +174,9 @@ def progress_html(state: str | None, step: int, total: int | None, eta_s: float 
         fraction = 1.0
     label = f"step {step} / {whole}" if whole else f"step {step}"
     label += f" ({fraction:.0%})"
-    if state == "running" and eta_s is not None:
+    if state == "running" and phase == files.FINISHING:
+        label += " · finishing: measuring the held-out loss and writing samples"
+    elif state == "running" and eta_s is not None:
         label += f" · about {duration_text(eta_s)} left"
     elif state == "queued":
         label = "queued: waiting for the device"

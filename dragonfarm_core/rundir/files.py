@@ -43,6 +43,7 @@ from dragonfarm_core.rundir.atomic import write_json as write_json
 from dragonfarm_core.rundir.atomic import write_jsonl as write_jsonl
 from dragonfarm_core.rundir.status_schema import ACTIVE_STATES as ACTIVE_STATES
 from dragonfarm_core.rundir.status_schema import DAMAGED as DAMAGED
+from dragonfarm_core.rundir.status_schema import FINISHING as FINISHING
 from dragonfarm_core.rundir.status_schema import STATES as STATES
 from dragonfarm_core.rundir.status_schema import TERMINAL_STATES as TERMINAL_STATES
 from dragonfarm_core.rundir.status_schema import parse_status

@@ -16,10 +16,12 @@ TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 ACTIVE_STATES = frozenset({"queued", "running"})
 # Reported by files.read_status for a status.json that cannot be read as a status; never written.
 DAMAGED = "damaged"
+# A running run past its last step, measuring the held-out rows and writing samples: `phase`.
+FINISHING = "finishing"
 # The type each known status field must have when present (None is always allowed).
 _WHOLE = ("pid", "step", "total_steps", "params_trainable", "params_total", "truncated_rows")
 _TEXT = ("queued_at", "started_at", "finished_at", "heartbeat", "reason", "error", "device",
-         "dtype", "queue", "resumed_from", "kind")  # fmt: skip
+         "dtype", "queue", "resumed_from", "kind", "phase")  # fmt: skip
 STATUS_FIELDS: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(_WHOLE, (int,)),
     **dict.fromkeys(("pid_create_time", "queued_ts", "epoch"), (int, float)),

@@ -163,7 +163,7 @@ class RunReporter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.update(state=state, finished_at=files.now_iso(), **fields)
+        self.update(state=state, finished_at=files.now_iso(), phase=None, **fields)
         if state == "cancelled":
             files.clear_cancel(self.run_dir)
 

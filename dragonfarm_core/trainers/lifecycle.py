@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dragonfarm_core.rundir.status_schema import FINISHING
 from dragonfarm_core.trainers import checkpoint, modeling
 from dragonfarm_core.trainers.batching import StepPlan, plan_steps
 from dragonfarm_core.trainers.common import Placement, RunReporter, TrainState
@@ -89,6 +90,10 @@ def stop(
     checkpoint.save_adapter(run_dir, training.model)
     metrics = training.state.metrics(training.state.elapsed_s)
     if not cancelled:
+        # The held-out loss and the samples still take a while (generation is slow): say so,
+        # rather than sit at "step N / N (100%)" until they are written.
+        report.update(phase=FINISHING)
+        print("Training done; measuring the held-out loss and writing samples.", flush=True)
         return metrics
     print(f"Cancelled after step {training.state.step}; checkpoint and adapter saved.", flush=True)
     report.finish("cancelled", metrics=metrics)

@@ -42,7 +42,15 @@ def _start_subprocess(run_dir: Path) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-def test_run_writes_and_reads_back_every_file(make_run, model_dir):
+def test_run_writes_and_reads_back_every_file(make_run, model_dir, monkeypatch):
+    phases = []
+    write = sft.evaluation.write_eval_and_samples
+
+    def watched(run_dir, *args):  # what a reader of status.json sees while samples are written
+        phases.append((files.read_status(run_dir)["state"], files.read_status(run_dir)["phase"]))
+        return write(run_dir, *args)
+
+    monkeypatch.setattr(sft.evaluation, "write_eval_and_samples", watched)
     run_dir = make_run(
         model_dir,
         n_train=40,
@@ -62,6 +70,7 @@ def test_run_writes_and_reads_back_every_file(make_run, model_dir):
     assert status["step"] == status["total_steps"] == 10 and status["epoch"] == 2.0
     assert status["truncated_rows"] >= 0
     assert status["started_at"] <= status["heartbeat"] and status["finished_at"]
+    assert phases == [("running", files.FINISHING)] and status["phase"] is None
     metrics = status["metrics"]
     assert metrics["eval_loss"] > 0 and metrics["perplexity"] > 1 and metrics["train_loss"] > 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from dragonfarm_core.rundir import files
 from ui import charts
 
 SFT_ROWS = [
@@ -71,3 +72,11 @@ def test_an_empty_run_says_it_waits_for_the_first_step():
         fig = charts.progress_figure(pd.DataFrame(), method)
         assert "Waiting for the first logged step" in fig.layout.annotations[0].text
         assert all(len(t.x) == 0 for t in fig.data)
+
+
+def test_the_bar_says_what_a_run_does_after_its_last_step():
+    finishing = charts.progress_html("running", 10, 10, 0.0, files.FINISHING)
+    assert "step 10 / 10 (100%) · finishing: measuring the held-out loss" in finishing
+    assert "left" not in finishing
+    assert "about" in charts.progress_html("running", 9, 10, 3.0)
+    assert "finishing" not in charts.progress_html("succeeded", 10, 10, None, files.FINISHING)

@@ -109,7 +109,11 @@ def show(run_dir: str | None, message: str = "", *, runs_dir: Path) -> tuple[Any
     steps = progress["step"].dropna()
     step = status.get("step") or (int(steps.iloc[-1]) if len(steps) else 0)
     bar = charts.progress_html(
-        state, step, status.get("total_steps"), etas.iloc[-1] if len(etas) else None
+        state,
+        step,
+        status.get("total_steps"),
+        etas.iloc[-1] if len(etas) else None,
+        status.get("phase"),
     )
     samples, message = _samples(run.dir, message) if state == "succeeded" else ([], message)
     shown = gr.update(value=present.samples_table(samples), visible=bool(samples))
