@@ -39,6 +39,8 @@ APP_FACING: dict[str, str] = {
         "code panels: literal, dataset_code, runs_dir_argument, portable (what dragon.code uses)"
     ),
     "dragonfarm_core.codegen": "code panels: the script dragon.code(run) writes, for the Train tab",
+    "dragonfarm_core.bundle_code": "code panels: the bundle/remote/import_results scripts of "
+    "Run elsewhere and Import",
     "dragonfarm_core.export_summary": "the Export tab: the files a run's exports wrote, with "
     "their sizes and every check's verdict",
     "dragonfarm_core.http_guard": "the server: host and origin checks (launch, --allowed-hosts)",
@@ -56,6 +58,11 @@ APP_FACING: dict[str, str] = {
     "dragonfarm_core.settings": "the settings dataclasses: widgets take their labels, help, "
     "defaults and limits from the fields",
     "dragonfarm_core.method_args": "the per-method settings groups, for the same widgets",
+    "dragonfarm_core.pipeline_steps": "the Pipelines tab: the step dataclasses its step widgets "
+    "are generated from (KINDS)",
+    "dragonfarm_core.pipeline_chain": "the Pipelines tab: check_steps names the step that cannot "
+    "run before Start",
+    "dragonfarm_core.pipelines": "the Pipelines tab: list_pipelines fills its picker",
     "dragonfarm_core.rewards": "the rewards builder: reward types and their names",
     "dragonfarm_core.rewards.checks": "the rewards builder: each reward type's options",
     "dragonfarm_core.rundir.store": "the Runs tab: which runs continue from a run, before delete",

@@ -39,12 +39,19 @@ from ui.tabs import (
     mapping,
     model,
     monitor,
+    pipelines,
     runs,
     train,
 )
 
-TABS = (data, mapping, model, train, monitor, evaluate, compare, chat, feedback, export, runs)
+TABS = (data, mapping, model, train, monitor, evaluate, compare, pipelines, chat, feedback, export,
+        runs)  # fmt: skip
 THEME = gr.themes.Soft(primary_hue="emerald", neutral_hue="slate")
+# The theme's syntax colours in the code panels are pale on white, so the code read as faint:
+# darken them, keeping their hues (the panels are read-only, nothing else is drawn there).
+CSS = """
+.cm-editor .cm-content { filter: brightness(0.55) saturate(1.6); }
+"""
 HEADER = "## dragonfarm\nData in, columns mapped, model picked, trained, tried, improved."
 GRADIO_TEMP_ENV = "GRADIO_TEMP_DIR"
 TEMP_PREFIX = "dragonfarm-gradio-"
@@ -182,6 +189,7 @@ def launch(
         server_port=port,
         allowed_hosts=allowed_hosts,
         theme=THEME,
+        css=CSS,
         run_history=False,  # Gradio 6 would otherwise keep every call in the browser
         enable_monitoring=False,
         mcp_server=False,

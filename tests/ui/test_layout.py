@@ -28,6 +28,7 @@ def test_build_app_has_one_tab_per_module_and_makes_the_uploads_folder(tmp_path:
             "Monitor",
             "Evaluate",
             "Compare",
+            "Pipelines",
             "Chat",
             "Feedback",
             "Export",
@@ -36,6 +37,14 @@ def test_build_app_has_one_tab_per_module_and_makes_the_uploads_folder(tmp_path:
     )
     public = dragon.app(tmp_path / "other")
     assert isinstance(public, layout.DragonfarmApp) and (tmp_path / "other" / "uploads").is_dir()
+
+
+def test_the_app_opens_with_the_example_data_loaded(tmp_path: Path):
+    app = layout.build_app(tmp_path / "runs")
+    on_load = [f for f in app.fns.values() if any(event == "load" for _, event in f.targets)]
+    assert len(on_load) == 1  # one listener: the Data tab's
+    ds, _table, summary, *_ = on_load[0].fn()
+    assert str(ds.source) == str(dragon.example_data()) and "200 rows" in summary
 
 
 def test_profiles(monkeypatch):

@@ -1,0 +1,161 @@
+"""The settings widgets of each pipeline step kind, generated from the step dataclasses
+(`dragonfarm_core.pipeline_steps.KINDS`), and their values read back into a step.
+
+Every field of a step's dataclass gets a widget by its declared type, as `ui.settings_form`
+does for the Train tab's settings: a checkbox for a bool, a number box for int and float, a
+dropdown where the field has a fixed set of choices, a text box otherwise (empty: None). The
+fields that are not plain values come from elsewhere on the page: the dataset (the app's
+active mapped dataset, or none for a prefer step after a synthesis), the judge (`ui.llm_form`),
+the training settings (one shared TrainArgs group, or the method's defaults) and the LoRA
+(its defaults).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+import gradio as gr
+
+from dragonfarm_core.pipeline_steps import KINDS, Step
+
+# The kinds the builder offers. reinforce needs a rewards builder of its own on this page
+# (the Train tab's has fixed element ids), so it is declared in Python or a pipeline file.
+KIND_CHOICES = [
+    ("Train (SFT)", "train"),
+    ("Prefer (DPO / ORPO)", "prefer"),
+    ("Synthesize preference pairs", "synthesize_pairs"),
+    ("Judge against the base model", "judge"),
+    ("Evaluate", "evaluate"),
+    ("Merge", "merge"),
+    ("Publish to the Hub", "publish"),
+]
+FROM_PAGE = frozenset({"dataset", "lora", "args", "judge", "rewards"})
+CHOICES = {"method": ("dpo", "orpo"), "what": ("merged", "adapter")}
+HELP = {
+    "n_samples": "Held-out prompts the run answers at the end (its samples).",
+    "method": "DPO or ORPO.",
+    "beta": "How far the model may move from where it started (0.1 is a sensible start).",
+    "prompts": "train or eval: the latest run's rows.",
+    "n": "How many prompts.",
+    "n_samples_per_prompt": "Replies sampled per prompt; the judge ranks them.",
+    "min_gap": "Keep a pair only when its replies' scores differ by this much.",
+    "rubric": "What the judge looks for (empty: the built-in rubric).",
+    "temperature": "Sampling temperature.",
+    "max_new_tokens": "Longest reply, in tokens.",
+    "against": "base (the model it started from), a run id, or empty: rubric scores only.",
+    "metrics": "Metric names, comma-separated; empty: every built-in metric that fits.",
+    "out": "Folder for the merged model (empty: <run>/merged/).",
+    "repo": "The Hub repository, e.g. you/support-model.",
+    "what": "The merged model or the adapter.",
+    "private": "Create the repository as private.",
+    "commit_message": "Empty: a message naming the run.",
+}
+
+
+def form_fields(kind: str) -> list[dataclasses.Field]:
+    """The fields of a step kind the form shows (the plain values), in field order."""
+    return [f for f in dataclasses.fields(KINDS[kind]) if f.name not in FROM_PAGE]
+
+
+def _default(field: dataclasses.Field) -> Any:
+    return None if field.default is dataclasses.MISSING else field.default
+
+
+def _text(value: Any) -> str:
+    return "" if value is None or value is True else str(value)
+
+
+def field_widget(kind: str, field: dataclasses.Field, hint: Any) -> gr.Component:
+    """The widget of one step field."""
+    default = _default(field)
+    kwargs: dict[str, Any] = {"label": field.name.replace("_", " ").capitalize(),
+                              "info": HELP.get(field.name, ""),
+                              "elem_id": f"pipe-{kind}-{field.name}"}  # fmt: skip
+    if field.name in CHOICES:
+        return gr.Dropdown(list(CHOICES[field.name]), value=default, **kwargs)
+    if hint is bool:
+        return gr.Checkbox(value=bool(default), **kwargs)
+    if hint in (int, float):
+        return gr.Number(value=default, precision=0 if hint is int else None, **kwargs)
+    return gr.Textbox(value=_text(default), max_lines=3, **kwargs)
+
+
+def kind_widgets(kind: str) -> list[gr.Component]:
+    """One widget per shown field of the kind, three to a row."""
+    fields, hints = form_fields(kind), typing.get_type_hints(KINDS[kind])
+    widgets: list[gr.Component] = []
+    for start in range(0, len(fields), 3):
+        with gr.Row():
+            widgets += [field_widget(kind, f, hints[f.name]) for f in fields[start : start + 3]]
+    return widgets
+
+
+def read_value(kind: str, field: dataclasses.Field, hint: Any, value: Any) -> Any:
+    """A widget's value as the step field takes it; an empty number raises, naming it."""
+    if hint in (int, float):
+        if value is None or value == "":
+            raise ValueError(f"{kind}: {field.name} is empty; enter a number.")
+        return int(value) if hint is int else float(value)
+    if hint is bool:
+        return bool(value)
+    text = "" if value is None else str(value).strip()
+    if field.name == "metrics":
+        names = [part.strip() for part in text.split(",") if part.strip()]
+        return tuple(names) if names else True
+    return text or None
+
+
+def read_fields(kind: str, values: Sequence[Any]) -> dict[str, Any]:
+    """`kind_widgets(kind)`'s values, in order -> the step's keywords."""
+    fields, hints = form_fields(kind), typing.get_type_hints(KINDS[kind])
+    taken = zip(fields, values, strict=True)
+    return {f.name: read_value(kind, f, hints[f.name], v) for f, v in taken}
+
+
+def widget_counts() -> dict[str, int]:
+    """How many widgets each offered kind has, in KIND_CHOICES order (for slicing inputs)."""
+    return {kind: len(form_fields(kind)) for _, kind in KIND_CHOICES}
+
+
+def values_of(kind: str, values: Sequence[Any]) -> list[Any]:
+    """The kind's own values out of every kind's widget values, laid out in KIND_CHOICES order."""
+    counts = widget_counts()
+    start = 0
+    for name, n in counts.items():
+        if name == kind:
+            return list(values[start : start + n])
+        start += n
+    raise ValueError(f"Unknown step kind {kind!r}; one of {', '.join(counts)}.")
+
+
+def make_step(kind: str, fields: dict[str, Any], **page: Any) -> Step:
+    """The step: its fields, plus what comes from the page (dataset, args, judge) where the
+    kind has such a field."""
+    cls = KINDS[kind]
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**fields, **{k: v for k, v in page.items() if k in names})
+
+
+def _shown(value: Any) -> str:
+    if value is True:
+        return "all"
+    return ", ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def settings_text(step: Step) -> list[str]:
+    """What the page gave a step (its dataset, judge), then the settings that differ from the
+    kind's defaults, as "name: value"."""
+    out, changed = [], []
+    for f in dataclasses.fields(step):
+        value = getattr(step, f.name)
+        if f.name == "dataset":
+            out.append("dataset: " + ("synthesized pairs" if value is None else value.name))
+        elif f.name == "judge" and value is not None:
+            described = value if isinstance(value, str) else getattr(value, "provider", "judge")
+            out.append(f"judge: {described}")
+        elif f.name not in FROM_PAGE and value != _default(f):
+            changed.append(f"{f.name}: {_shown(value)}")
+    return out + changed
