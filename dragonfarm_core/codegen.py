@@ -35,7 +35,7 @@ def _value(value: Any) -> str:
     return literal(value) if isinstance(value, str | int | float) else repr(value)
 
 
-def _settings_call(cls: type, stored: dict[str, Any]) -> str | None:
+def settings_call(cls: type, stored: dict[str, Any]) -> str | None:
     """`dragon.Lora(r=8)` for the fields that differ from the defaults; None if none do."""
     defaults = to_dict(cls())
     names = [f.name for f in dataclasses.fields(cls)]
@@ -92,7 +92,7 @@ def rewards_code(
     return "[\n" + "".join(f"        {c},\n" for c in calls) + "    ]"  # one per line in the call
 
 
-def _runs_dir_argument(runs_dir: str | os.PathLike[str] | None) -> str | None:
+def home_argument(runs_dir: str | os.PathLike[str] | None) -> str | None:
     """runs_dir= only when the runs live somewhere other than the configured default."""
     if runs_dir is None:
         return None
@@ -129,12 +129,10 @@ def call_arguments(spec: RunSpec, model: str, runs_dir: Any) -> list[str]:
         value = getattr(spec, key)
         default = row.default_args if cls is TrainArgs else cls()
         if value != default:  # TrainArgs() itself, when the method's defaults differ from it
-            args.append(
-                f"{key}={_settings_call(cls, to_dict(value)) or f'dragon.{cls.__name__}()'}"
-            )
+            args.append(f"{key}={settings_call(cls, to_dict(value)) or f'dragon.{cls.__name__}()'}")
     if spec.name:
         args.append(f"name={literal(spec.name)}")
-    home = _runs_dir_argument(runs_dir)
+    home = home_argument(runs_dir)
     if home:
         args.append(f"runs_dir={literal(home)}")
     if spec.n_samples != 10:

@@ -53,9 +53,9 @@ def _argument(key: str, value: Any, names: _Names) -> str:
     if key == "judge" and isinstance(value, dict):
         return names.name("judge", value, lambda v: _judge_lines(v, value))
     if key == "lora":
-        return codegen._settings_call(Lora, value) or "dragon.Lora()"
+        return codegen.settings_call(Lora, value) or "dragon.Lora()"
     if key == "args":
-        return codegen._settings_call(TrainArgs, value) or "dragon.TrainArgs()"
+        return codegen.settings_call(TrainArgs, value) or "dragon.TrainArgs()"
     if key == "rewards":
         return codegen.rewards_code(value)
     return literal(value) if isinstance(value, str | int | float) and not isinstance(
@@ -68,6 +68,8 @@ def _step_call(spec: dict[str, Any], names: _Names) -> str:
     defaults = {"lora": to_dict(Lora())}  # the record holds settings as dicts
     parts = []
     for key, parameter in parameters.items():
+        if key not in spec and parameter.default is not inspect.Parameter.empty:
+            continue  # not in the record (one written by hand): the step's default
         value = spec.get(key, parameter.default)
         default = defaults.get(key, parameter.default)
         if value == default and parameter.default is not inspect.Parameter.empty:
@@ -88,7 +90,7 @@ def pipeline_code(path: Path) -> str:
     args = [literal(model), "steps"]
     if record.get("name") != "pipeline":
         args.append(f"name={literal(record['name'])}")
-    home = codegen._runs_dir_argument(Path(path).parent.parent)
+    home = codegen.home_argument(Path(path).parent.parent)
     if home:
         args.append(f"runs_dir={literal(home)}")
     if record.get("background"):

@@ -122,3 +122,14 @@ def test_code_of_a_pipeline_declares_the_same_steps(runs_root, model_dir, sft_da
     exec(compile(source, "<code(pipeline)>", "exec"), {})
     assert seen["model"] == str(model_dir) and seen["name"] == "round-trip"
     assert [s.to_dict() for s in seen["steps"]] == specs
+
+
+def test_code_of_a_hand_written_record_takes_the_defaults_it_leaves_out(runs_root, sft_data):
+    from dragonfarm_core import pipeline_record
+
+    spec = dragon.steps.train(sft_data).to_dict()
+    spec = {k: v for k, v in spec.items() if k not in ("lora", "args", "n_samples")}
+    path = pipeline_record.create(runs_root, "by-hand", "dragonfarm/tiny-support", [], False)
+    pipeline_record.update(path, steps=pipeline_record.step_entries([spec]))
+    source = dragon.code(path)
+    assert "dragon.steps.train(ds)," in source and "Lora" not in source
