@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 import dragonfarm_core as dragon
 
@@ -53,6 +54,20 @@ def _wait_until_answering(url: str, proc: subprocess.Popen, log: Path) -> None:
     pytest.fail(f"the app did not answer within {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
 
 
+def example_mapped(page, timeout_ms: int = 30_000) -> None:
+    """The first minute: the app opens with the example tickets loaded and mapped for SFT
+    (`{subject}\n\n{body}` -> `reply`, as the README maps them), which the Mapping tab shows
+    with its preview; the tests that train start from there."""
+    expect(page.locator("#data-summary")).to_contain_text("example_tickets", timeout=timeout_ms)
+    page.get_by_role("tab", name="Mapping").click()
+    prompt = page.locator("#mapping-prompt textarea")
+    expect(prompt).to_have_value("{subject}\n\n{body}", timeout=timeout_ms)
+    expect(page.locator("#mapping-response textarea")).to_have_value("reply")
+    expect(page.locator("#mapping-note")).to_contain_text("Mapped like the README")
+    learned = page.locator("#mapping-preview span.df-learned").first
+    expect(learned).to_be_visible(timeout=timeout_ms)
+
+
 @pytest.fixture(scope="session")
 def chromium() -> str:
     path = shutil.which("chromium")
@@ -65,15 +80,15 @@ def chromium() -> str:
 def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """(url, runs folder) of a freshly started app."""
     runs = tmp_path_factory.mktemp("runs")
+    # GRADIO_ALLOWED_PATHS tries to expose the runs folder: the app must keep it blocked anyway.
+    yield from serve_app(runs, {"GRADIO_ALLOWED_PATHS": str(runs)})
+
+
+def serve_app(runs: Path, extra_env: dict[str, str]) -> Iterator[tuple[str, Path]]:
+    """Start `python app.py` on `runs` with `extra_env` added; yield (url, runs), then stop it."""
     log = runs.parent / "app.log"
     url = f"http://127.0.0.1:{_free_port()}"
-    # GRADIO_ALLOWED_PATHS tries to expose the runs folder: the app must keep it blocked anyway.
-    env = {
-        **os.environ,
-        "GRADIO_ANALYTICS_ENABLED": "False",
-        "HF_HUB_OFFLINE": "1",
-        "GRADIO_ALLOWED_PATHS": str(runs),
-    }
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", **extra_env}
     port = url.rsplit(":", 1)[1]
     argv = [sys.executable, "app.py", "--runs-dir", str(runs), "--port", port]
     with log.open("w") as out:
@@ -106,6 +121,9 @@ def page(browser, app_server) -> Iterator:
     page = context.new_page()
     page.set_default_timeout(15_000)
     page.goto(app_server[0])
+    # The app opens with the example tickets loaded and mapped: wait for that to settle, as a
+    # person would see it, so a test's first upload is not overtaken by it.
+    expect(page.locator("#data-active")).to_contain_text("mapped as", timeout=30_000)
     yield page
     context.close()
 

@@ -17,6 +17,7 @@ from results_fakes import run_notebook
 
 import dragonfarm_core as dragon
 from dragonfarm_core.models import bundled_model_path
+from tests.browser.conftest import example_mapped
 
 SETTINGS = {"max_steps": "2", "logging_steps": "1", "batch_size": "2", "grad_accum": "1",
             "max_seq_len": "256"}  # fmt: skip
@@ -40,13 +41,9 @@ def hostile_copy(results: Path, folder: Path) -> Path:
 
 
 def bundle_from_train(page: Page) -> str:
-    """Map the example data, set a two-step run, click Run elsewhere; -> the run's id."""
-    page.get_by_role("button", name="Use the example data").click()
-    expect(page.locator("#data-summary")).to_contain_text("example_tickets", timeout=WAIT_MS)
-    page.get_by_role("tab", name="Mapping").click()
-    page.locator("#mapping-prompt textarea").fill("{subject}\n\n{body}")
-    page.locator("#mapping-response textarea").fill("reply")
-    expect(page.locator("#mapping-preview span.df-learned").first).to_be_visible(timeout=WAIT_MS)
+    """From the example data the app opens with, set a two-step run, click Run elsewhere;
+    -> the run's id."""
+    example_mapped(page, WAIT_MS)
     page.get_by_role("tab", name="Train").click()
     for name, value in SETTINGS.items():
         box = page.locator(f"#train-trainargs-{name} input")

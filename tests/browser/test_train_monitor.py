@@ -11,6 +11,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from dragonfarm_core.models import bundled_model_path
+from tests.browser.conftest import example_mapped
 
 # The figure's points as the browser holds them (plotly keeps the traces on its graph div).
 LOSS_POINTS = """() => {
@@ -43,12 +44,7 @@ def test_train_watch_the_loss_and_cancel(page: Page, browser, app_server, no_tra
     assert (bundled_model_path() / "config.json").is_file(), (
         "the bundled model is missing; build it with python scripts/build_bundled_model.py"
     )
-    page.get_by_role("button", name="Use the example data").click()
-    expect(page.locator("#data-summary")).to_contain_text("example_tickets", timeout=WAIT_MS)
-    page.get_by_role("tab", name="Mapping").click()
-    page.locator("#mapping-prompt textarea").fill("{subject}\n\n{body}")
-    page.locator("#mapping-response textarea").fill("reply")
-    expect(page.locator("#mapping-preview span.df-learned").first).to_be_visible(timeout=WAIT_MS)
+    example_mapped(page, WAIT_MS)  # what the app opens with
 
     page.get_by_role("tab", name="Train").click()
     expect(page.locator("#train-model")).to_contain_text("dragonfarm/tiny-support")

@@ -175,3 +175,24 @@ def test_one_queued_listener_remaps_for_every_input(tmp_path: Path):
     assert boxes | {("mapping-kind", "change")} <= triggered
     # ...and the dataset and model states: every change event the preview depends on.
     assert [event for _, event in dep.targets].count("change") == len(boxes) + 3
+
+
+def test_the_example_comes_mapped_and_a_person_s_slots_are_never_touched(qa):
+    example = dragon.dataset(dragon.example_data())
+    n = len(mapping.SLOTS)
+    *boxes, kind, suggested, note = mapping.suggest_slots(example, None, *texts())
+    assert boxes == texts(**mapping.EXAMPLE_SLOTS) and kind == "sft"
+    assert suggested == tuple(boxes) and "Mapped like the README" in note
+    # The page's own slots are emptied for a dataset with other columns...
+    *boxes, kind, suggested, note = mapping.suggest_slots(qa, suggested, *boxes)
+    assert boxes == texts() and kind == SKIP and suggested is None and note == ""
+    # ...but slots the person filled stay, for the example too, and so do empty ones.
+    typed = texts(prompt="{question}", response="answer")
+    assert mapping.suggest_slots(example, None, *typed) == (SKIP,) * (n + 3)
+    edited = texts(**{**mapping.EXAMPLE_SLOTS, "response": "{reply}"})
+    filled = tuple(texts(**mapping.EXAMPLE_SLOTS))
+    assert mapping.suggest_slots(qa, filled, *edited) == (SKIP,) * (n + 3)
+    assert mapping.suggest_slots(qa, None, *texts()) == (SKIP,) * (n + 3)
+    # What the page filled in maps the example as the README does.
+    mapped = mapping.remap(example, dragon.ResolvedModel.bundled(), "sft", *filled)[0]
+    assert mapped.mapping.prompt == "{subject}\n\n{body}" and mapped.mapping.response == "reply"

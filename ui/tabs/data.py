@@ -160,5 +160,8 @@ def build(ctx: AppContext) -> None:
     )
     upload.upload(loader, inputs=[upload, ctx.model, ctx.dataset], outputs=outputs)
     example.click(load_example, inputs=[ctx.model, ctx.dataset], outputs=outputs)
+    # The app opens with the example tickets loaded (and, in the Mapping tab, mapped), so a
+    # first visit can go straight to Train; any upload replaces them.
+    gr.on(None, partial(load_example, ctx.model.value, None), None, outputs)
     ctx.mapped.change(show_report, inputs=[ctx.dataset, ctx.mapped, ctx.model], outputs=report)
     synthesize_panel.build_synthesize(ctx)  # teacher answers -> the mapped dataset

@@ -57,6 +57,12 @@ SLOT_LABELS = {
     "messages": "Messages column (each cell a JSON list of {role, content})",
 }
 CODE_HINT = "# Map the columns; the Python that builds this dataset appears here."
+# The example tickets come mapped as the README and the manual map them.
+EXAMPLE_SLOTS = {"prompt": "{subject}\n\n{body}", "response": "reply"}
+EXAMPLE_NOTE = (
+    "Mapped like the README's example: prompt `{subject}` and `{body}`, response `reply`. "
+    "Change any slot to map it your way."
+)
 REMAP_QUEUE = "mapping-remap"
 
 
@@ -113,6 +119,27 @@ def conversations_from_column(ds: dragon.Dataset, column: str) -> dragon.Dataset
                 f'like [{{"role": "user", "content": "..."}}, ...], got {cell!r:.60} ({e}).'
             ) from e
     return dragon.conversations(convs, name=ds.name)
+
+
+def is_example(ds: dragon.Dataset | None) -> bool:
+    return ds is not None and ds.source is not None and str(ds.source) == str(dragon.example_data())
+
+
+def suggest_slots(
+    ds: dragon.Dataset | None, suggested: tuple[str, ...] | None, *texts: str
+) -> tuple[Any, ...]:
+    """A dataset was loaded -> (*slot boxes, kind, suggested, note). The example data comes
+    mapped (EXAMPLE_SLOTS); slots the page filled itself are emptied for any other dataset
+    (its columns differ). Slots the person typed or picked are never touched."""
+    untouched = all(not (t or "").strip() for t in texts) or tuple(texts) == suggested
+    if not untouched:
+        return (gr.skip(),) * (len(SLOTS) + 3)
+    if is_example(ds):
+        filled = tuple(EXAMPLE_SLOTS.get(name, "") for name in SLOTS)
+        return (*filled, "sft", filled, present.hint_html(EXAMPLE_NOTE))
+    if suggested is None:
+        return (gr.skip(),) * (len(SLOTS) + 3)
+    return (*("",) * len(SLOTS), gr.skip(), None, "")
 
 
 def map_dataset(ds: dragon.Dataset, kind: str, slots: dict[str, str]) -> dragon.Dataset:
@@ -224,6 +251,7 @@ def build(ctx: AppContext) -> None:
                 for name in SLOTS
             ]
             error = gr.HTML(elem_id="mapping-error")
+            note = gr.HTML(elem_id="mapping-note")
         with gr.Column(scale=3):
             gr.Markdown("**Preview**: the first rows as the model sees them")
             preview = gr.HTML(
@@ -249,6 +277,12 @@ def build(ctx: AppContext) -> None:
     chips.input(insert_column, [target, chips, *boxes], [*boxes, chips])
     kind.change(show_slots, kind, [*boxes, target])
     ctx.dataset.change(show_columns, ctx.dataset, chips)
+    suggested = gr.State(None)  # the slot values this page filled in itself, if any
+    # The note says the page mapped the example; once the person edits, it no longer holds.
+    gr.on([*(box.input for box in boxes), chips.input, kind.input], lambda: "", None, note)
+    ctx.dataset.change(
+        suggest_slots, [ctx.dataset, suggested, *boxes], [*boxes, kind, suggested, note]
+    )
     # One listener for every input the preview depends on, one at a time, newest last: with a
     # listener per slot, each remapped from the slots as they were when it fired and the last
     # to finish won, so a quick second slot could be overwritten by "Fill in response..."
