@@ -6,7 +6,8 @@ before Start.
 The steps are kept in a `gr.State` as the step objects `dragon.pipeline` takes. Their
 settings come from `ui.pipeline_form`; the dataset from the app's active mapped dataset
 (a prefer step may take the pairs of the synthesis step before instead); the judge from the
-same form the Evaluate tab's judge and the synthesis panels use (`ui.llm_form`).
+same form the Evaluate tab's judge and the synthesis panels use (`ui.llm_form`); a reinforce
+step's rewards from a rewards builder like the Train tab's (`ui.rewards_builder`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dragonfarm_core.pipeline_chain import PipelineError, check_steps
 from dragonfarm_core.pipeline_steps import KINDS, Step
 from dragonfarm_core.settings import SettingsError, TrainArgs
 from ui import llm_form, pipeline_form, pipeline_view, present
+from ui.rewards_builder import build_rewards
 from ui.settings_form import field_widget, read_group, shown_fields
 
 DATA_CHOICES = [("The active mapped dataset", "active"),
@@ -67,14 +69,20 @@ def _edited(steps: list[Step], selected: int | None) -> tuple[Any, ...]:
 
 
 def _page_values(kind: str, mapped: dragon.Dataset | None, data: str | None,
-                 use_defaults: bool, args_values: Sequence[Any], judge: Sequence[Any],
-                 runs_dir: Path) -> dict[str, Any]:  # fmt: skip
-    """What a step of `kind` takes from the page: its dataset, training settings, judge."""
+                 rewards: Sequence[Any] | None, use_defaults: bool, args_values: Sequence[Any],
+                 judge: Sequence[Any], runs_dir: Path) -> dict[str, Any]:  # fmt: skip
+    """What a step of `kind` takes from the page: its dataset, training settings, judge,
+    rewards."""
     page: dict[str, Any] = {}
     cls = KINDS[kind]
     if cls.trains:
         page["args"] = None if use_defaults else read_group(TrainArgs, list(args_values))
-    if kind == "train" or (kind == "prefer" and data != "pairs"):
+    if kind == "reinforce":
+        if not rewards:
+            raise ValueError("A reinforce step needs at least one reward: add one under "
+                             "Rewards, then Add step.")  # fmt: skip
+        page["rewards"] = list(rewards)
+    if kind in ("train", "reinforce") or (kind == "prefer" and data != "pairs"):
         if mapped is None or mapped.mapping is None:
             raise ValueError(f"A {kind} step trains on the active mapped dataset, and there is "
                              "none: load data in the Data tab and map it in the Mapping tab.")  # fmt: skip
@@ -85,8 +93,8 @@ def _page_values(kind: str, mapped: dragon.Dataset | None, data: str | None,
 
 
 def add_step(steps: list[Step] | None, kind: str, mapped: dragon.Dataset | None,
-             data: str | None, use_defaults: bool, *values: Any,
-             runs_dir: Path) -> tuple[Any, ...]:  # fmt: skip
+             data: str | None, rewards: Sequence[Any] | None, use_defaults: bool,
+             *values: Any, runs_dir: Path) -> tuple[Any, ...]:  # fmt: skip
     """Add -> (steps, step list, check line, error box). `values`: the judge form's four, then
     every kind's widgets (in KIND_CHOICES order), then the TrainArgs widgets."""
     steps = list(steps or [])
@@ -94,7 +102,8 @@ def add_step(steps: list[Step] | None, kind: str, mapped: dragon.Dataset | None,
     n_kinds = sum(pipeline_form.widget_counts().values())
     try:
         fields = pipeline_form.read_fields(kind, pipeline_form.values_of(kind, rest[:n_kinds]))
-        page = _page_values(kind, mapped, data, use_defaults, rest[n_kinds:], judge, runs_dir)
+        page = _page_values(kind, mapped, data, rewards, use_defaults, rest[n_kinds:], judge,
+                            runs_dir)  # fmt: skip
         step = pipeline_form.make_step(kind, fields, **page)
     except ERRORS as e:
         return gr.skip(), gr.skip(), gr.skip(), present.error_html(str(e))
@@ -123,11 +132,11 @@ def remove_step(steps: list[Step] | None, selected: int | None) -> tuple[Any, ..
 
 def show_kind(kind: str) -> list[Any]:
     """The kind changed -> its settings shown: one group per kind, then the dataset choice,
-    the judge and the training settings."""
+    the judge, the training settings and the rewards."""
     groups = [gr.update(visible=k == kind) for _, k in pipeline_form.KIND_CHOICES]
     trains = KINDS[kind].trains
     return [*groups, gr.update(visible=kind == "prefer"), gr.update(visible=kind in JUDGED),
-            gr.update(visible=trains)]  # fmt: skip
+            gr.update(visible=trains), gr.update(visible=kind == "reinforce")]  # fmt: skip
 
 
 def _args_widgets() -> tuple[gr.Checkbox, list[gr.Component]]:
@@ -163,6 +172,8 @@ def build_builder(ctx: Any) -> Builder:
         judge = llm_form.llm_form("pipe-judge", "judge")
     with gr.Accordion("Training settings", open=False, visible=True) as args_box:
         use_defaults, args_values = _args_widgets()
+    with gr.Group(visible=False) as rewards_box:  # a reinforce step's
+        rewards = build_rewards(ctx.profile, prefix="pipe", dry_run=False).rewards
     steps = gr.State([])
     listing = gr.Radio([], value=None, label="Steps", type="value", elem_id="pipe-steps")
     with gr.Row():
@@ -172,9 +183,9 @@ def build_builder(ctx: Any) -> Builder:
     check = gr.HTML(present.hint_html(NO_STEPS), elem_id="pipe-check")
     error = gr.HTML(elem_id="pipe-builder-error")
     edited = [steps, listing, check, error]
-    kind.change(show_kind, kind, [*groups, data, judge_box, args_box])
-    inputs = [steps, kind, ctx.mapped, data, use_defaults, *judge.inputs, *kind_values,
-              *args_values]  # fmt: skip
+    kind.change(show_kind, kind, [*groups, data, judge_box, args_box, rewards_box])
+    inputs = [steps, kind, ctx.mapped, data, rewards, use_defaults, *judge.inputs,
+              *kind_values, *args_values]  # fmt: skip
     add.click(partial(add_step, runs_dir=ctx.runs_dir), inputs, edited)
     up.click(partial(move_step, delta=-1), [steps, listing], edited)
     down.click(partial(move_step, delta=1), [steps, listing], edited)

@@ -6,8 +6,8 @@ does for the Train tab's settings: a checkbox for a bool, a number box for int a
 dropdown where the field has a fixed set of choices, a text box otherwise (empty: None). The
 fields that are not plain values come from elsewhere on the page: the dataset (the app's
 active mapped dataset, or none for a prefer step after a synthesis), the judge (`ui.llm_form`),
-the training settings (one shared TrainArgs group, or the method's defaults) and the LoRA
-(its defaults).
+the training settings (one shared TrainArgs group, or the method's defaults), a reinforce
+step's rewards (a rewards builder of the page's own) and the LoRA (its defaults).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import gradio as gr
 
 from dragonfarm_core.pipeline_steps import KINDS, Step
 
-# The kinds the builder offers. reinforce needs a rewards builder of its own on this page
-# (the Train tab's has fixed element ids), so it is declared in Python or a pipeline file.
+# The kinds the builder offers: every step kind.
 KIND_CHOICES = [
     ("Train (SFT)", "train"),
     ("Prefer (DPO / ORPO)", "prefer"),
+    ("Reinforce (GRPO, with rewards)", "reinforce"),
     ("Synthesize preference pairs", "synthesize_pairs"),
     ("Judge against the base model", "judge"),
     ("Evaluate", "evaluate"),
@@ -36,6 +36,7 @@ FROM_PAGE = frozenset({"dataset", "lora", "args", "judge", "rewards"})
 CHOICES = {"method": ("dpo", "orpo"), "what": ("merged", "adapter")}
 HELP = {
     "n_samples": "Held-out prompts the run answers at the end (its samples).",
+    "group_size": "Completions sampled per prompt; each is scored against its group's mean.",
     "method": "DPO or ORPO.",
     "beta": "How far the model may move from where it started (0.1 is a sensible start).",
     "prompts": "train or eval: the latest run's rows.",

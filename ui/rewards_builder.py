@@ -5,7 +5,8 @@ choices) by `ui.settings_form`, and `OPTIONS` says which fields each type reads,
 never disagree. The added rewards live in a `gr.State` as `Reward` objects, built with
 `dragon.reward(...)` exactly as a person would in Python. `build_rewards()` creates the widgets
 and wires Add and Remove; the Train tab wires the dry run, which needs its mapping and GRPO
-settings.
+settings. The Pipelines tab has a builder of its own for its reinforce steps (another `prefix`
+for its element ids, no dry run).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class RewardsBuilder:
     """The builder's components the Train tab wires: the rewards added, and the dry run's."""
 
     rewards: gr.State  # list[Reward]
-    dry_run: gr.Button
+    dry_run: gr.Button | None  # None in a builder made without one
     dry_outputs: list[gr.Component]  # score table, summary, code, message: the dry run's order
 
 
@@ -59,19 +60,22 @@ MORE_HELP = {
 }
 
 
-def _reward_widget(field: dataclasses.Field, hint: Any, visible: bool) -> gr.Component:
+def _reward_widget(
+    field: dataclasses.Field, hint: Any, visible: bool, prefix: str = "train"
+) -> gr.Component:
     return field_widget(
         field, hint, field.default, choice=gr.Radio, visible=visible,
         info=field.metadata["help"] + MORE_HELP.get(field.name, ""),
-        elem_id=f"train-reward-{field.name}",
+        elem_id=f"{prefix}-reward-{field.name}",
     )  # fmt: skip
 
 
-def reward_widgets(shown_type: str = "regex") -> list[gr.Component]:
+def reward_widgets(shown_type: str = "regex", prefix: str = "train") -> list[gr.Component]:
     """One widget per type-specific Reward field, in REWARD_OPTIONS order; those that
     `shown_type` reads are visible."""
     hints = typing.get_type_hints(Reward)
-    return [_reward_widget(f, hints[f.name], f.name in OPTIONS[shown_type]) for f in REWARD_OPTIONS]
+    return [_reward_widget(f, hints[f.name], f.name in OPTIONS[shown_type], prefix)
+            for f in REWARD_OPTIONS]  # fmt: skip
 
 
 def show_reward_fields(reward_type: str) -> list[Any]:
@@ -142,8 +146,9 @@ def offered_types(profile: Profile) -> list[tuple[str, str]]:
     return [(label, t) for t, label in REWARD_TYPES.items() if not profile.reward_refusal(t)]
 
 
-def build_rewards(profile: Profile) -> RewardsBuilder:
-    """The rewards builder's widgets, with Add and Remove wired."""
+def build_rewards(profile: Profile, prefix: str = "train", dry_run: bool = True) -> RewardsBuilder:
+    """The rewards builder's widgets, with Add and Remove wired; element ids start with
+    `prefix`; `dry_run`: with the dry run's button and outputs (for the caller to wire)."""
     rewards = gr.State([])
     intro = "**Rewards**: each scores a completion; GRPO maximises their weighted sum."
     off = [t for t in REWARD_TYPES if profile.reward_refusal(t)]
@@ -155,49 +160,57 @@ def build_rewards(profile: Profile) -> RewardsBuilder:
             offered_types(profile),
             value="regex",
             label="Reward type",
-            elem_id="train-reward-type",
+            elem_id=f"{prefix}-reward-type",
             scale=2,
         )
-        weight = gr.Number(1, label="Weight", info=_help("weight"), elem_id="train-reward-weight")
-        reward_name = gr.Textbox(
-            label="Name (optional)", info=_help("name"), elem_id="train-reward-name"
+        weight = gr.Number(
+            1, label="Weight", info=_help("weight"), elem_id=f"{prefix}-reward-weight"
         )
-    options = reward_widgets(reward_type.value)
-    add = gr.Button("Add reward", elem_id="train-reward-add")
+        reward_name = gr.Textbox(
+            label="Name (optional)", info=_help("name"), elem_id=f"{prefix}-reward-name"
+        )
+    options = reward_widgets(reward_type.value, prefix)
+    add = gr.Button("Add reward", elem_id=f"{prefix}-reward-add")
     table = gr.Dataframe(
         present.rewards_table([], []),
         label="Rewards added",
         interactive=False,
         wrap=True,
-        elem_id="train-rewards",
+        elem_id=f"{prefix}-rewards",
     )
     with gr.Row():
-        pick = gr.Dropdown([], label="Reward to remove", scale=2, elem_id="train-reward-pick")
-        remove = gr.Button("Remove", elem_id="train-reward-remove")
-        dry = gr.Button("Dry run: score a few completions", elem_id="train-reward-dry-run")
-    message = gr.HTML(elem_id="train-reward-error")
-    summary = gr.Markdown(elem_id="train-dry-run-summary")
-    scores = gr.Dataframe(
-        label="Dry run: sampled completions and their scores",
-        interactive=False,
-        wrap=True,
-        visible=False,
-        elem_id="train-dry-run",
-    )
-    with gr.Accordion("Python for the dry run", open=False):
-        dry_code = gr.Code(
-            "", language="python", interactive=False, show_line_numbers=False,
-            elem_id="train-dry-run-code",
-        )  # fmt: skip
-
-    reward_type.change(show_reward_fields, reward_type, options)
+        pick = gr.Dropdown([], label="Reward to remove", scale=2, elem_id=f"{prefix}-reward-pick")
+        remove = gr.Button("Remove", elem_id=f"{prefix}-reward-remove")
+        dry = (
+            gr.Button("Dry run: score a few completions", elem_id=f"{prefix}-reward-dry-run")
+            if dry_run
+            else None
+        )
+    message = gr.HTML(elem_id=f"{prefix}-reward-error")
     changed = [rewards, table, pick, message]
+    reward_type.change(show_reward_fields, reward_type, options)
     add.click(
         partial(add_reward, profile=profile),
         [rewards, reward_type, weight, reward_name, *options],
         changed,
     )
     remove.click(remove_reward, [rewards, pick], changed)
+    if dry is None:
+        return RewardsBuilder(rewards, None, [])
+    summary = gr.Markdown(elem_id=f"{prefix}-dry-run-summary")
+    scores = gr.Dataframe(
+        label="Dry run: sampled completions and their scores",
+        interactive=False,
+        wrap=True,
+        visible=False,
+        elem_id=f"{prefix}-dry-run",
+    )
+    with gr.Accordion("Python for the dry run", open=False):
+        dry_code = gr.Code(
+            "", language="python", interactive=False, show_line_numbers=False,
+            elem_id=f"{prefix}-dry-run-code",
+        )  # fmt: skip
+
     return RewardsBuilder(rewards, dry, [scores, summary, dry_code, message])
 
 

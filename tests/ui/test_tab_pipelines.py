@@ -55,9 +55,10 @@ def args_values(**changes) -> list:
     return [changes.get(f.name, getattr(defaults, f.name)) for f in shown_fields(TrainArgs)]
 
 
-def add(steps, kind, mapped, runs_dir, data="active", defaults=True, judge=NO_JUDGE, **changes):
+def add(steps, kind, mapped, runs_dir, data="active", defaults=True, judge=NO_JUDGE,
+        rewards=None, **changes):  # fmt: skip
     values = [*judge, *kind_values(kind, **changes), *args_values()]
-    return pipeline_builder.add_step(steps, kind, mapped, data, defaults, *values,
+    return pipeline_builder.add_step(steps, kind, mapped, data, rewards, defaults, *values,
                                      runs_dir=runs_dir)  # fmt: skip
 
 
@@ -99,7 +100,7 @@ def test_steps_are_added_with_their_settings_moved_and_removed(mapped, runs_dir)
 
 def test_training_settings_and_a_judge_come_from_the_page(mapped, runs_dir):
     values = [*NO_JUDGE, *kind_values("train"), *args_values(epochs=2, max_steps="4")]
-    steps, *_ = pipeline_builder.add_step([], "train", mapped, "active", False, *values,
+    steps, *_ = pipeline_builder.add_step([], "train", mapped, "active", None, False, *values,
                                           runs_dir=runs_dir)  # fmt: skip
     assert steps[0].args == TrainArgs(epochs=2, max_steps=4)
     judge = ["openai", "judge-model", "http://127.0.0.1:9/v1", ""]
@@ -127,10 +128,29 @@ def test_the_kind_shows_its_own_settings():
     shown = pipeline_builder.show_kind("prefer")
     kinds = [k for _, k in pipeline_form.KIND_CHOICES]
     assert [u["visible"] for u in shown[: len(kinds)]] == [k == "prefer" for k in kinds]
-    assert [u["visible"] for u in shown[len(kinds) :]] == [True, False, True]
+    assert [u["visible"] for u in shown[len(kinds) :]] == [True, False, True, False]
     assert [u["visible"] for u in pipeline_builder.show_kind("judge")[len(kinds) :]] == [
-        False, True, False,
+        False, True, False, False,
     ]  # fmt: skip
+    assert [u["visible"] for u in pipeline_builder.show_kind("reinforce")[len(kinds) :]] == [
+        False, False, True, True,
+    ]  # fmt: skip
+
+
+def test_a_reinforce_step_takes_the_page_s_rewards_and_prompts(tickets, mapped, runs_dir):
+    *_, error = add([], "reinforce", mapped, runs_dir)
+    assert "needs at least one reward" in error
+    prompts = dragon.dataset(tickets.source).map_prompts(prompt="{question}", reference="answer")
+    rewards = [dragon.reward("contains"), dragon.reward("length", max_chars=80)]
+    steps, *_ = add([], "train", mapped, runs_dir)
+    steps, listing, check, error = add(steps, "reinforce", prompts, runs_dir, rewards=rewards,
+                                       group_size=2)  # fmt: skip
+    assert error == "" and steps[1].kind == "reinforce" and steps[1].group_size == 2
+    assert list(steps[1].rewards) == rewards and steps[1].dataset is prompts
+    assert "Ready: 2 steps" in check
+    # An SFT mapping is not prompts for RL: the chain check names the step.
+    steps, _, check, _ = add(steps, "reinforce", mapped, runs_dir, rewards=rewards)
+    assert "Step 3 (reinforce)" in check
 
 
 def test_start_runs_in_the_background_and_the_timeline_follows_the_record(mapped, model, runs_dir):

@@ -355,6 +355,7 @@ def build(ctx: AppContext) -> None:
     )
     gr.on([method.change, ctx.mapped.change], kind_note, [method, ctx.mapped], note)
     dry_inputs = [ctx.mapped, ctx.model, parent, builder.rewards, *rl_widgets]
+    assert builder.dry_run is not None  # built with its dry run
     builder.dry_run.click(
         partial(dry_run, runs_dir=ctx.runs_dir, profile=ctx.profile),
         dry_inputs,
