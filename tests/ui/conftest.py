@@ -65,6 +65,15 @@ def qa_csv(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def model(tmp_path: Path) -> ResolvedModel:
+    """A model folder with only a config: enough for runs the fake trainer trains."""
+    folder = tmp_path / "models" / "Tiny-Model"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    return ResolvedModel(str(folder), str(folder), None)
+
+
+@pytest.fixture
 def chat_model(tmp_path: Path) -> ResolvedModel:
     """A model folder with only what previews need: config and a ChatML chat template."""
     folder = tmp_path / "chat-model"

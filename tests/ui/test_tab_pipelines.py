@@ -9,17 +9,14 @@ pipeline job they run in inherits it.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import gradio as gr
 import pandas as pd
-import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core import pipeline_record
-from dragonfarm_core.models import ResolvedModel
 from dragonfarm_core.pipeline_steps import EvaluateStep, JudgeStep, PreferStep, TrainStep
 from dragonfarm_core.settings import TrainArgs
 from ui import pipeline_builder, pipeline_form, pipeline_view
@@ -29,14 +26,6 @@ from ui.tabs import pipelines
 SKIP = gr.skip()
 NO_JUDGE = ["anthropic", "", "", ""]
 VIEW = ["header", "timeline", "chart", "log", "code", "cancel", "resume", "error", "seen"]
-
-
-@pytest.fixture
-def model(tmp_path: Path) -> ResolvedModel:
-    folder = tmp_path / "models" / "Tiny-Model"
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    return ResolvedModel(str(folder), str(folder), None)
 
 
 def kind_values(kind: str, **changes) -> list:

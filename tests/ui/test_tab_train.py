@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import json
 import sys
 from pathlib import Path
 
@@ -22,7 +21,6 @@ import pytest
 import dragonfarm_core as dragon
 from dragonfarm_core.method_args import ReinforceArgs
 from dragonfarm_core.methods import METHODS
-from dragonfarm_core.models import ResolvedModel
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from ui import present, rewards_builder
 from ui.tabs import train
@@ -30,14 +28,6 @@ from ui.tabs import train
 SKIP = gr.skip()
 WIDGETS = (*train.SETTINGS, ReinforceArgs)  # the order the tab passes their values
 TICKET = "Reset it [(][0-9]+[)]"
-
-
-@pytest.fixture
-def model(tmp_path: Path) -> ResolvedModel:
-    folder = tmp_path / "models" / "Tiny-Model"
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    return ResolvedModel(str(folder), str(folder), None)
 
 
 @pytest.fixture
