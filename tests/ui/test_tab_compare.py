@@ -83,7 +83,7 @@ def test_the_picker_lists_every_run_and_keeps_the_picked_ones(two, runs_dir: Pat
     shutil.rmtree(dpo.dir)
     for _ in range(100):  # the watchdog event arrives from a thread
         update, _ = compare.refresh_runs(runs_dir, seen, picked)
-        if update is not SKIP:
+        if update != SKIP:
             break
         time.sleep(0.05)
     assert update["value"] == [str(sft.dir)]  # the deleted run is no longer picked
