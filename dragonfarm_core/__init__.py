@@ -80,6 +80,7 @@ from dragonfarm_core.pipelines import (
 )
 from dragonfarm_core.preference import prefer
 from dragonfarm_core.publishing import publish, start_publish
+from dragonfarm_core.recommended import Recommendation, recommended
 from dragonfarm_core.reinforcement import reinforce, test_rewards
 from dragonfarm_core.remote import python_requirements, remote, remote_providers
 from dragonfarm_core.results_check import ResultsRefused
@@ -207,6 +208,8 @@ __all__ = [
     "publish",
     "python_requirements",
     "presets",
+    "recommended",
+    "Recommendation",
     "progress",
     "read_judgement",
     "reinforce",

@@ -23,7 +23,7 @@ from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import create, files
 from dragonfarm_core.rundir.run import Run, open_run
 from dragonfarm_core.settings import Lora, TrainArgs
-from dragonfarm_core.spec import DEFAULT_LORA, RunSpec
+from dragonfarm_core.spec import RunSpec
 
 
 def _method(method: str | None, dataset: Any, rewards: Any) -> str:
@@ -59,7 +59,7 @@ def _method_args(method: str, beta: float | None, rewards: Any, group_size: int,
 def bundle(
     dataset: Any,
     model: Any,
-    lora: Lora = DEFAULT_LORA,
+    lora: Lora | None = None,
     args: TrainArgs | None = None,
     name: str | None = None,
     run_dir: str | os.PathLike[str] | None = None,

@@ -200,10 +200,13 @@ def given_flags(args: argparse.Namespace, groups: Sequence[Group]) -> list[str]:
     return [flag for flag in _fields(groups) if hasattr(args, _dest(flag))]
 
 
-def read_group(args: argparse.Namespace, group: Group, method: str, **filled: Any) -> Any:
-    """The group's settings for `method`: its defaults, the flags given on top, and `filled`
-    (the fields that have no flag)."""
-    values = {**group.defaults[method], **filled}
+def read_group(
+    args: argparse.Namespace, group: Group, method: str, base: dict[str, Any] | None = None,
+    **filled: Any,
+) -> Any:  # fmt: skip
+    """The group's settings for `method`: `base` (else its defaults), the flags given on top,
+    and `filled` (the fields that have no flag)."""
+    values = {**(group.defaults[method] if base is None else base), **filled}
     for field in _flagged(group):
         dest = _dest(flag_name(group, field))
         if hasattr(args, dest):

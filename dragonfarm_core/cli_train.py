@@ -158,7 +158,9 @@ def start(args: argparse.Namespace, model: Any) -> dragon.Run:
         raise ValueError(f"--reward is for grpo; this run is {method}.")
     if grpo and not args.reward:
         raise ValueError(f"{method} needs at least one --reward, e.g. --reward numeric.")
-    settings = {g.cls: cli_flags.read_group(args, g, method) for g in chosen
+    fits = dragon.recommended(model, method)  # what a flag not given takes, as train() does
+    base = {dragon.Lora: values_of(fits.lora), dragon.TrainArgs: values_of(fits.args)}
+    settings = {g.cls: cli_flags.read_group(args, g, method, base.get(g.cls)) for g in chosen
                 if g.cls is not row.settings}  # fmt: skip
     method_args = None
     if row.settings is not None:

@@ -23,10 +23,11 @@ from typing import Any
 from dragonfarm_core.data.codegen import dataset_code, literal
 from dragonfarm_core.method_args import GrpoArgs
 from dragonfarm_core.methods import METHODS
+from dragonfarm_core.recommended import recommended
 from dragonfarm_core.rewards import Reward, reward_names
 from dragonfarm_core.rundir import files, location
 from dragonfarm_core.rundir.run import Run, open_run
-from dragonfarm_core.settings import TrainArgs, to_dict
+from dragonfarm_core.settings import to_dict
 from dragonfarm_core.spec import GROUPS, RunSpec, is_run_folder
 
 
@@ -125,10 +126,11 @@ def call_arguments(spec: RunSpec, model: str, runs_dir: Any) -> list[str]:
         f"rewards={rewards_code(v)}" if k == "rewards" else f"{k}={_value(v)}"
         for k, v in spec.method_args_dict().items()
     ]
+    fits = recommended(spec.model, spec.method)  # what the call uses for a group left out
     for key, cls in GROUPS:
         value = getattr(spec, key)
-        default = row.default_args if cls is TrainArgs else cls()
-        if value != default:  # TrainArgs() itself, when the method's defaults differ from it
+        default = {"lora": fits.lora, "args": fits.args}.get(key) or cls()
+        if value != default:  # TrainArgs() itself, when the recommended settings differ from it
             args.append(f"{key}={settings_call(cls, to_dict(value)) or f'dragon.{cls.__name__}()'}")
     if spec.name:
         args.append(f"name={literal(spec.name)}")

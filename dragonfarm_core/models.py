@@ -127,8 +127,11 @@ class ResolvedModel:
 
 
 def presets() -> pd.DataFrame:
-    """The recommended models, the bundled one first."""
-    return pd.DataFrame(list(PRESETS))
+    """The recommended models, the bundled one first, each with the SFT settings `train()`
+    uses for it when none are given (learning_rate, epochs, lora_r, max_seq_len)."""
+    from dragonfarm_core.recommended import preset_columns  # it reads this module's table
+
+    return pd.DataFrame(list(PRESETS)).assign(**preset_columns())
 
 
 def bundled_model_path() -> Path:

@@ -20,7 +20,7 @@ from dragonfarm_core import codegen
 from dragonfarm_core import pipeline_record as record_io
 from dragonfarm_core.data.codegen import dataset_code, literal, portable
 from dragonfarm_core.pipeline_steps import Steps
-from dragonfarm_core.settings import Lora, TrainArgs, to_dict
+from dragonfarm_core.settings import Lora, TrainArgs
 
 
 class _Names:
@@ -65,14 +65,12 @@ def _argument(key: str, value: Any, names: _Names) -> str:
 def _step_call(spec: dict[str, Any], names: _Names) -> str:
     kind = spec["kind"]
     parameters = inspect.signature(getattr(Steps, kind)).parameters
-    defaults = {"lora": to_dict(Lora())}  # the record holds settings as dicts
     parts = []
     for key, parameter in parameters.items():
         if key not in spec and parameter.default is not inspect.Parameter.empty:
             continue  # not in the record (one written by hand): the step's default
         value = spec.get(key, parameter.default)
-        default = defaults.get(key, parameter.default)
-        if value == default and parameter.default is not inspect.Parameter.empty:
+        if value == parameter.default and parameter.default is not inspect.Parameter.empty:
             continue
         text = _argument(key, value, names)
         required = parameter.default is inspect.Parameter.empty  # positional: they come first

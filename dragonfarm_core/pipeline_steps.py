@@ -27,7 +27,6 @@ from dragonfarm_core.method_args import GrpoArgs
 from dragonfarm_core.rewards import Reward
 from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Lora, TrainArgs, to_dict
-from dragonfarm_core.spec import DEFAULT_LORA
 
 _MAPPERS = {"sft": "map", "pairs": "map_pairs", "prompts": "map_prompts"}
 
@@ -101,10 +100,11 @@ def _plain(name: str, value: Any) -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainingStep(Step):
-    """What the training steps share: each trains a run (`args=None`: the method's defaults)."""
+    """What the training steps share: each trains a run (`lora`/`args` None: the settings
+    `dragon.recommended` gives for the model the step trains)."""
 
     trains: ClassVar[bool] = True
-    lora: Lora = DEFAULT_LORA
+    lora: Lora | None = None
     args: TrainArgs | None = None
     n_samples: int = 10
 

@@ -16,7 +16,6 @@ from typing import Any
 from dragonfarm_core import pipeline_record as record_io
 from dragonfarm_core.judge_inputs import data_rows
 from dragonfarm_core.judge_inputs import prompts as run_prompts
-from dragonfarm_core.methods import METHODS
 from dragonfarm_core.pipeline_runner import Context, watch_run
 from dragonfarm_core.pipeline_steps import (
     EvaluateStep,
@@ -53,12 +52,9 @@ def _start_training(ctx: Context, step: Step) -> Run:
     from dragonfarm_core.training import train
 
     assert isinstance(step, TrainingStep)
-    method = "sft" if isinstance(step, TrainStep) else "grpo"
-    if isinstance(step, PreferStep):
-        method = step.method
     common: dict[str, Any] = {
         "lora": step.lora,
-        "args": step.args or METHODS[method].default_args,
+        "args": step.args,  # None (like lora): the settings recommended for the model
         "n_samples": step.n_samples,
         "runs_dir": ctx.runs_dir, "name": f"{ctx.name}-{step.kind}",
     }  # fmt: skip

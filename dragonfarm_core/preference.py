@@ -20,11 +20,10 @@ from dragonfarm_core.method_args import PreferenceArgs
 from dragonfarm_core.methods import METHODS as TABLE
 from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Hardware, Lora, TrainArgs
-from dragonfarm_core.spec import DEFAULT_HARDWARE, DEFAULT_LORA, RunSpec
+from dragonfarm_core.spec import DEFAULT_HARDWARE, RunSpec
 from dragonfarm_core.training import start
 
 METHODS = tuple(name for name, row in TABLE.items() if row.function == "prefer")
-DEFAULT_ARGS = TABLE["dpo"].default_args  # the manual's defaults for this stage
 
 
 def prefer(
@@ -32,8 +31,8 @@ def prefer(
     model: Any,
     method: str = "dpo",
     beta: float = 0.1,
-    lora: Lora = DEFAULT_LORA,
-    args: TrainArgs = DEFAULT_ARGS,
+    lora: Lora | None = None,
+    args: TrainArgs | None = None,
     hardware: Hardware = DEFAULT_HARDWARE,
     name: str | None = None,
     run_dir: str | os.PathLike[str] | None = None,

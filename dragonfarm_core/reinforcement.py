@@ -23,12 +23,11 @@ from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rewards import Reward, RewardErrors, score
 from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Hardware, Lora, TrainArgs
-from dragonfarm_core.spec import DEFAULT_HARDWARE, DEFAULT_LORA, RunSpec, check_dataset
+from dragonfarm_core.spec import DEFAULT_HARDWARE, RunSpec, check_dataset
 from dragonfarm_core.training import start
 
 # ReinforceArgs and check_rewards live in method_args; the GRPO trainer imports them from here.
 __all__ = ["ReinforceArgs", "check_rewards", "reinforce", "test_rewards"]
-DEFAULT_ARGS = METHODS["grpo"].default_args
 
 
 def reinforce(
@@ -39,8 +38,8 @@ def reinforce(
     beta: float = 0.04,
     temperature: float = 1.0,
     max_new_tokens: int = 128,
-    lora: Lora = DEFAULT_LORA,
-    args: TrainArgs = DEFAULT_ARGS,
+    lora: Lora | None = None,
+    args: TrainArgs | None = None,
     hardware: Hardware = DEFAULT_HARDWARE,
     name: str | None = None,
     run_dir: str | os.PathLike[str] | None = None,

@@ -23,6 +23,7 @@ from typing import Any
 
 from dragonfarm_core import methods
 from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs
+from dragonfarm_core.recommended import recommended
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs, from_dict, to_dict
 from dragonfarm_core.trainers.config import extra_args
@@ -75,15 +76,17 @@ class RunSpec:
 
     dataset: a `dragon.dataset(...)` mapped for the method; read back from config.json, its
     `Dataset.spec()` dict. model: a preset or Hub id, a local folder, or a succeeded Run (or its
-    directory) to continue from. args=None takes the method's defaults (the manual's, as its
-    public function does); method_args=None takes the method's group defaults (GRPO has none:
-    it needs `GrpoArgs(rewards=[...])`). Two specs are equal when they write the same config.
+    directory) to continue from. lora=None and args=None take the settings recommended for the
+    model and method (`dragon.recommended`: the manual's defaults except where the project
+    measured better ones, as for the bundled model); method_args=None takes the method's group
+    defaults (GRPO has none: it needs `GrpoArgs(rewards=[...])`). Two specs are equal when they
+    write the same config.
     """
 
     method: str
     dataset: Any
     model: Any
-    lora: Lora = DEFAULT_LORA
+    lora: Lora | None = None
     args: TrainArgs | None = None
     hardware: Hardware = DEFAULT_HARDWARE
     method_args: PreferenceArgs | GrpoArgs | None = None
@@ -95,7 +98,10 @@ class RunSpec:
     def __post_init__(self) -> None:
         row = methods.method(self.method)
         self._set("model", _model_text(self.model))
-        self._set("args", row.default_args if self.args is None else self.args)
+        if self.lora is None or self.args is None:
+            fits = recommended(self.model, self.method)
+            self._set("lora", fits.lora if self.lora is None else self.lora)
+            self._set("args", fits.args if self.args is None else self.args)
         for key, cls in GROUPS:
             value = getattr(self, key)
             if not isinstance(value, cls):

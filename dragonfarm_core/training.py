@@ -16,13 +16,10 @@ from typing import Any
 
 import pandas as pd
 
-from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import create, files, launch, queue
 from dragonfarm_core.rundir.run import Run, open_run
 from dragonfarm_core.settings import Hardware, Lora, TrainArgs
-from dragonfarm_core.spec import DEFAULT_HARDWARE, DEFAULT_LORA, RunSpec
-
-DEFAULT_ARGS = METHODS["sft"].default_args  # Lora and Hardware defaults: spec.py's
+from dragonfarm_core.spec import DEFAULT_HARDWARE, RunSpec
 
 
 def start(
@@ -49,8 +46,8 @@ def start(
 def train(
     dataset: Any,
     model: Any,
-    lora: Lora = DEFAULT_LORA,
-    args: TrainArgs = DEFAULT_ARGS,
+    lora: Lora | None = None,
+    args: TrainArgs | None = None,
     hardware: Hardware = DEFAULT_HARDWARE,
     name: str | None = None,
     run_dir: str | os.PathLike[str] | None = None,

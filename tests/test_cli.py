@@ -185,6 +185,16 @@ def test_train_puts_the_flags_into_the_run_and_wait_exits_0(runs, data):
     assert config["dataset"]["eval_frac"] == 0.1
 
 
+def test_the_command_line_fills_what_no_flag_gives_from_the_recommendation(runs, data):
+    done = cli("train", str(data["tickets"]), "--model", "bundled", "--prompt", "{subject}",
+               "--response", "reply", "--learning-rate", "1e-3", "--runs-dir", str(runs))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    args = files.read_config(only_run(runs))["args"]
+    fits = dragon.recommended("bundled").args
+    assert args["learning_rate"] == 1e-3  # given
+    assert args["epochs"] == fits.epochs and args["max_seq_len"] == fits.max_seq_len
+
+
 def test_train_without_wait_returns_and_the_run_goes_on(runs, data):
     done = cli("train", str(data["chats"]), "--conversations", "--model", MODEL,
                "--runs-dir", str(runs), FAKE_TRAINER_STEP_S="0.05")  # fmt: skip

@@ -19,6 +19,10 @@ def test_presets_table_has_the_manual_columns_and_the_bundled_model():
         "rank",
         "min_vram_gb",
         "notes",
+        "learning_rate",  # the SFT settings train() uses for it when none are given
+        "epochs",
+        "lora_r",
+        "max_seq_len",
     ]
     assert table["id"].iloc[0] == BUNDLED_MODEL_ID
     assert "Qwen/Qwen2.5-0.5B-Instruct" in set(table["id"])

@@ -140,9 +140,10 @@ def show_kind(kind: str) -> list[Any]:
 
 
 def _args_widgets() -> tuple[gr.Checkbox, list[gr.Component]]:
-    """The training settings shared by the training kinds (the method's defaults by default)."""
+    """The training settings shared by the training kinds (by default none: each step takes
+    the settings recommended for its model and method, `dragon.recommended`)."""
     defaults = TrainArgs()
-    use = gr.Checkbox(True, label="Use the method's default training settings",
+    use = gr.Checkbox(True, label="Use the settings recommended for the model and method",
                       elem_id="pipe-args-defaults")  # fmt: skip
     fields, widgets = shown_fields(TrainArgs), []
     hints = typing.get_type_hints(TrainArgs)

@@ -6,7 +6,7 @@ does for the Train tab's settings: a checkbox for a bool, a number box for int a
 dropdown where the field has a fixed set of choices, a text box otherwise (empty: None). The
 fields that are not plain values come from elsewhere on the page: the dataset (the app's
 active mapped dataset, or none for a prefer step after a synthesis), the judge (`ui.llm_form`),
-the training settings (one shared TrainArgs group, or the method's defaults), a reinforce
+the training settings (one shared TrainArgs group, or those recommended for the model), a reinforce
 step's rewards (a rewards builder of the page's own) and the LoRA (its defaults).
 """
 

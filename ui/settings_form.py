@@ -73,9 +73,10 @@ def field_widget(
     return gr.Textbox(value="" if text is None else text, **kwargs)
 
 
-def settings_widgets(cls: type) -> list[gr.Component]:
-    """One widget per shown field of a settings dataclass, in field order, three to a row."""
-    defaults, hints = cls(), typing.get_type_hints(cls)
+def settings_widgets(cls: type, values: Any = None) -> list[gr.Component]:
+    """One widget per shown field of a settings dataclass, in field order, three to a row,
+    holding `values` (an instance of `cls`; default: `cls()`)."""
+    defaults, hints = cls() if values is None else values, typing.get_type_hints(cls)
     fields, widgets = shown_fields(cls), []
     for start in range(0, len(fields), 3):
         with gr.Row():

@@ -140,13 +140,13 @@ def load_config(run_dir: str | os.PathLike[str]) -> TrainConfig:
             f"{run_dir}/config.json has no model {exc.args[0]!r} field; "
             "recreate the run with dragon.train()."
         ) from exc
-    args = spec.args
-    assert isinstance(args, TrainArgs)  # RunSpec filled in the method's defaults
+    args, lora = spec.args, spec.lora
+    assert isinstance(args, TrainArgs) and isinstance(lora, Lora)  # config.json holds both
     return TrainConfig(
         id=raw.get("id", os.path.basename(os.path.abspath(run_dir))),
         method=spec.method,
         model=block,
-        lora=spec.lora,
+        lora=lora,
         args=args,
         hardware=spec.hardware,
         extra=extra_args(args.extra),

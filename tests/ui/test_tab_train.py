@@ -20,7 +20,6 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core.method_args import ReinforceArgs
-from dragonfarm_core.methods import METHODS
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from ui import present, rewards_builder
 from ui.tabs import train
@@ -282,26 +281,6 @@ def test_the_preview_and_start_refuse_a_mismatched_mapping(prompts, model, runs_
                           runs_dir=runs_dir)  # fmt: skip
     assert out[0] == SKIP and "Preference pairs (DPO / ORPO)" in out[3]
     assert dragon.runs(runs_dir).empty
-
-
-def test_switching_method_shows_its_settings_and_its_defaults():
-    names = [f.name for f in train.shown_fields(TrainArgs)]
-    untouched = [getattr(TrainArgs(), n) for n in names]
-    out = train.switch_method("sft", "dpo", *untouched)
-    prefer_box, grpo_box, updates, seen = out[0], out[1], out[2:-1], out[-1]
-    assert prefer_box["visible"] is True and grpo_box["visible"] is False and seen == "dpo"
-    got = dict(zip(names, updates, strict=True))
-    assert got["learning_rate"] == 5e-5 and got["epochs"] == 2  # the manual's prefer() defaults
-    assert got["batch_size"] == SKIP and got["max_steps"] == SKIP  # the same for both methods
-    # A value the person typed stays; the others follow the method.
-    typed = [3e-4 if n == "learning_rate" else v for n, v in zip(names, untouched, strict=True)]
-    got = dict(zip(names, train.switch_method("sft", "grpo", *typed)[2:-1], strict=True))
-    assert got["learning_rate"] == SKIP and got["epochs"] == 1 and got["save_steps"] == 20
-    out = train.switch_method(
-        "grpo", "sft", *[getattr(METHODS["grpo"].default_args, n) for n in names]
-    )
-    assert out[0]["visible"] is False and out[1]["visible"] is False
-    assert dict(zip(names, out[2:-1], strict=True))["learning_rate"] == TrainArgs().learning_rate
 
 
 def test_dpo_starts_prefer_and_its_code_is_the_runs_code(pairs, model, runs_dir: Path):

@@ -36,7 +36,7 @@ from dragonfarm_core.profiles import Profile, get_profile
 from dragonfarm_core.rewards import Reward, reward_names
 from dragonfarm_core.rundir import refs
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
-from ui import active_data, present, remote_panel, watch
+from ui import active_data, present, remote_panel, train_defaults, watch
 from ui.context import AppContext
 from ui.rewards_builder import build_rewards
 from ui.settings_form import read_group, read_groups, settings_widgets, shown_fields
@@ -105,23 +105,6 @@ def kind_problem(method: str, mapped: dragon.Dataset | None) -> str | None:
 def kind_note(method: str, mapped: dragon.Dataset | None) -> str:
     """The red box under the method when the mapped dataset does not fit it."""
     return present.error_html(kind_problem(method, mapped))
-
-
-def switch_method(old: str | None, new: str, *args_values: Any) -> tuple[Any, ...]:
-    """Method changed -> (DPO/ORPO box, GRPO box, one update per TrainArgs widget, method seen).
-
-    A TrainArgs value still at the old method's default becomes the new method's default (the
-    manual's defaults differ per method); a value the person typed stays as it is."""
-    before = METHODS.get(old or "sft", METHODS["sft"]).default_args
-    after, group = METHODS[new].default_args, METHODS[new].settings
-    updates = [
-        getattr(after, f.name)
-        if value == getattr(before, f.name) != getattr(after, f.name)
-        else gr.skip()
-        for f, value in zip(shown_fields(TrainArgs), args_values, strict=True)
-    ]
-    boxes = (gr.update(visible=group is PreferenceArgs), gr.update(visible=group is GrpoArgs))
-    return (*boxes, *updates, new)
 
 
 def parent_run(parent: str | None, runs_dir: Path) -> str | None:
@@ -298,15 +281,17 @@ def build(ctx: AppContext) -> None:
         )
         name = gr.Textbox(label="Run name (optional)", elem_id="train-name", scale=1)
     note = gr.HTML(elem_id="train-kind")
+    fits = dragon.recommended(train_defaults.target(ctx.model.value, None, ctx.runs_dir))
+    recommended = gr.HTML(train_defaults.note_html(fits, "sft"), elem_id="train-recommended")
     with gr.Group(visible=False) as prefer_box:
         (beta,) = settings_widgets(PreferenceArgs)
     with gr.Group(visible=False) as grpo_box:
         rl_widgets = settings_widgets(ReinforceArgs)
         builder = build_rewards(ctx.profile)
     with gr.Accordion("Training", open=True):
-        args_widgets = settings_widgets(TrainArgs)
+        args_widgets = settings_widgets(TrainArgs, fits.args)
     with gr.Accordion("LoRA adapter", open=False):
-        lora_widgets = settings_widgets(Lora)
+        lora_widgets = settings_widgets(Lora, fits.lora)
     with gr.Accordion("Hardware", open=False):
         hardware_widgets = settings_widgets(Hardware)
     with gr.Row():
@@ -326,7 +311,8 @@ def build(ctx: AppContext) -> None:
         show_line_numbers=False,
         elem_id="train-code",
     )
-    seen, method_seen = gr.State(None), gr.State("sft")
+    seen = gr.State(None)
+    following = gr.State((train_defaults.target(ctx.model.value, None, ctx.runs_dir), "sft"))
 
     # The order `read_spec` reads them in: Lora, TrainArgs, Hardware, then GRPO's ReinforceArgs.
     values = [*lora_widgets, *args_widgets, *hardware_widgets, *rl_widgets]
@@ -348,10 +334,13 @@ def build(ctx: AppContext) -> None:
         trigger_mode="always_last",
         show_progress="hidden",
     )
-    method.change(
-        switch_method,
-        [method_seen, method, *args_widgets],
-        [prefer_box, grpo_box, *args_widgets, method_seen],
+    method.change(train_defaults.method_boxes, method, [prefer_box, grpo_box])
+    followed = [*lora_widgets, *args_widgets]  # train_defaults.FOLLOWED's order
+    gr.on(
+        [method.change, ctx.model.change, parent.change],
+        partial(train_defaults.follow, runs_dir=ctx.runs_dir),
+        [following, ctx.model, method, parent, *followed],
+        [*followed, recommended, following],
     )
     gr.on([method.change, ctx.mapped.change], kind_note, [method, ctx.mapped], note)
     dry_inputs = [ctx.mapped, ctx.model, parent, builder.rewards, *rl_widgets]
