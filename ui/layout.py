@@ -49,8 +49,16 @@ TABS = (data, mapping, model, train, monitor, evaluate, compare, pipelines, chat
 THEME = gr.themes.Soft(primary_hue="emerald", neutral_hue="slate")
 # The theme's syntax colours in the code panels are pale on white, so the code read as faint:
 # darken them, keeping their hues (the panels are read-only, nothing else is drawn there).
+# The Monitor's before/after cards (ui.run_outcome): three replies side by side.
 CSS = """
 .cm-editor .cm-content { filter: brightness(0.55) saturate(1.6); }
+.run-outcome .outcome-sentence { font-size: 1.05em; font-weight: 600; }
+.run-outcome .outcome-card { border: 1px solid #cbd5e1; border-radius: 6px; padding: 6px 10px;
+  margin: 6px 0; }
+.run-outcome .outcome-prompt { font-style: italic; margin: 2px 0 6px; }
+.run-outcome .outcome-row { display: flex; gap: 12px; }
+.run-outcome .outcome-cell { flex: 1 1 0; min-width: 0; }
+.run-outcome .outcome-cell p { margin: 2px 0; white-space: pre-wrap; }
 """
 HEADER = "## dragonfarm\nData in, columns mapped, model picked, trained, tried, improved."
 GRADIO_TEMP_ENV = "GRADIO_TEMP_DIR"

@@ -199,7 +199,7 @@ def run_header(config: dict[str, Any], status: dict[str, Any]) -> str:
         lines.append(f"Device {status['device']} ({status.get('dtype')}){params}.")
     metrics = status.get("metrics") or {}
     shown = [f"{k.replace('_', ' ')} {v:.4g}" for k, v in metrics.items() if _is_number(v)]
-    if shown and state in ("succeeded", "cancelled"):
+    if shown and state == "cancelled":  # a succeeded run's: ui.run_outcome, folded away
         lines.append("Final: " + ", ".join(shown) + ".")
     if state == "failed":
         lines.append(f"Failed ({status.get('reason') or 'error'}): {status.get('error') or ''}")

@@ -14,6 +14,8 @@ from dragonfarm_core.trainers.grpo_rollout import left_pad
 from dragonfarm_core.trainers.modeling import label_loss
 from dragonfarm_core.trainers.sft_data import Encoded, SftData
 
+N_BEFORE = 3  # samples also answered by the model the run started from (one small batch)
+
 
 @torch.inference_mode()
 def eval_loss(model: Any, data: Encoded, batch_size: int, pad_id: int) -> tuple[float | None, int]:
@@ -122,6 +124,21 @@ def generate_samples(
     return replies
 
 
+def add_before(
+    samples: list[dict[str, Any]], model: Any, tokenizer: Any,
+    conversations: list[list[dict[str, str]]], max_new_tokens: int, max_len: int,
+) -> None:  # fmt: skip
+    """Give the first N_BEFORE samples `before`: the greedy reply of the model the run started
+    from (its adapter switched off), which the Monitor shows next to the run's own. One small
+    batch, so it adds a few seconds to a run, not a second round of samples."""
+    with model.disable_adapter():
+        replies = generate_samples(
+            model, tokenizer, conversations[:N_BEFORE], max_new_tokens, max_len
+        )
+    for sample, reply in zip(samples, replies, strict=False):
+        sample["before"] = reply
+
+
 def write_samples(
     run_dir: str | os.PathLike[str],
     model: Any,
@@ -132,7 +149,8 @@ def write_samples(
     max_new_tokens: int,
     max_len: int,
 ) -> list[dict[str, Any]]:
-    """samples.json: prompt (last user turn), reference (the data's reply), generated."""
+    """samples.json: prompt (last user turn), reference (the data's reply), generated, and for
+    the first N_BEFORE of them `before` (`add_before`)."""
     chosen = conversations[:n]
     replies = generate_samples(model, tokenizer, chosen, max_new_tokens, max_len)
     samples = [
@@ -144,6 +162,7 @@ def write_samples(
         }
         for c, g in zip(chosen, replies, strict=True)
     ]
+    add_before(samples, model, tokenizer, chosen, max_new_tokens, max_len)
     files.write_samples(run_dir, samples)
     return samples
 

@@ -29,7 +29,7 @@ from dragonfarm_core.trainers import sft_data
 from dragonfarm_core.trainers.batching import collate, sorted_batches
 from dragonfarm_core.trainers.common import DataError, RunReporter
 from dragonfarm_core.trainers.config import TrainConfig
-from dragonfarm_core.trainers.evaluation import generate_samples
+from dragonfarm_core.trainers.evaluation import add_before, generate_samples
 from dragonfarm_core.trainers.modeling import labelled_logits
 from dragonfarm_core.trainers.sft_data import Encoded, read_rows
 
@@ -193,12 +193,11 @@ def write_pair_samples(
     max_new_tokens: int,
     max_len: int,
 ) -> list[dict[str, Any]]:
-    """samples.json: prompt (last user turn), reference (chosen), rejected, generated; the
-    prompts cut to `max_len` (the run's max_seq_len)."""
+    """samples.json: prompt (last user turn), reference (chosen), rejected, generated, and
+    `before` for the first few (`evaluation.add_before`); prompts cut to `max_len`."""
     chosen = pairs[:n]
-    replies = generate_samples(
-        model, tokenizer, [p["prompt"] + p["chosen"] for p in chosen], max_new_tokens, max_len
-    )
+    conversations = [p["prompt"] + p["chosen"] for p in chosen]
+    replies = generate_samples(model, tokenizer, conversations, max_new_tokens, max_len)
     samples = [
         {
             "prompt": next(m["content"] for m in reversed(p["prompt"]) if m["role"] == "user"),
@@ -209,6 +208,7 @@ def write_pair_samples(
         }
         for p, g in zip(chosen, replies, strict=True)
     ]
+    add_before(samples, model, tokenizer, conversations, max_new_tokens, max_len)
     files.write_samples(run_dir, samples)
     return samples
 

@@ -90,7 +90,7 @@ def test_runs_lists_a_run_with_a_damaged_status_without_blaming_config(runs_root
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_the_monitor_shows_a_damaged_run(runs_root, run_dir, damage):
     _damage(run_dir, DAMAGE[damage])
-    header, bar, *_, resume, error, seen = monitor.show(str(run_dir), runs_dir=runs_root)
+    header, bar, *_, resume, error, _outcome, seen = monitor.show(str(run_dir), runs_dir=runs_root)
     assert header.startswith("**damaged**") and "status.json is damaged" in header
     assert 'data-state="damaged"' in bar and "status.json cannot be read" in bar
     assert resume["interactive"] is False and seen.active is False  # nothing to resume blind

@@ -258,6 +258,7 @@ def _read_back(run_dir, n_eval: int) -> dict:
         assert sample["reference"] == pair["chosen"][0]["content"]
         assert sample["rejected"] == pair["rejected"][0]["content"]
         assert isinstance(sample["generated"], str) and sample["split"] == "eval"
+        assert isinstance(sample["before"], str)  # the reply before this run
     adapter = files.adapter_dir(run_dir)
     assert json.loads((adapter / "adapter_config.json").read_text())["r"] == 8
     return {"status": status, "train_rows": train_rows, "eval": result}

@@ -97,6 +97,7 @@ def test_run_writes_and_reads_back_every_file(make_run, model_dir, monkeypatch):
         assert sample["prompt"] == row["messages"][-2]["content"]
         assert sample["reference"] == row["messages"][-1]["content"]
         assert isinstance(sample["generated"], str) and sample["split"] == "eval"
+        assert isinstance(sample["before"], str)  # the reply before training (the Monitor's)
 
     assert [p.name for p in files.checkpoints(run_dir)] == ["checkpoint-4", "checkpoint-8"]
     adapter = files.adapter_dir(run_dir)

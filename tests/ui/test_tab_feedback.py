@@ -7,6 +7,7 @@ Events are made the way the Chat tab makes them: `dragon.chat` with a scripted b
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 import dragonfarm_core as dragon
 from dragonfarm_core.models import ResolvedModel
 from dragonfarm_core.rundir import location
+from ui import layout
 from ui.tabs import feedback
 
 SKIP = gr.skip()
@@ -128,3 +130,15 @@ def test_the_code_continues_from_the_newest_rated_run(runs_dir, model):
     records = pd.DataFrame({"run": [older, None, newer, None]})
     code = feedback.feedback_code("sft", runs_dir, records, model)
     assert f'run = dragon.train(fb.sft, dragon.open_run("{newer}"))' in code
+
+
+def test_every_rating_button_says_its_verdict_in_words(tmp_path: Path):
+    """Without an emoji font 👍 and 👎 are blank boxes: each button that shows one also says
+    what it does in letters (the Chat tab's rating buttons feed this tab), and this tab's hint
+    calls them by those labels."""
+    app = layout.build_app(tmp_path / "runs")
+    labels = [str(b.value) for b in app.blocks.values() if isinstance(b, gr.Button)]
+    rating = [label for label in labels if "👍" in label or "👎" in label]
+    assert len(rating) >= 2, labels  # the Chat tab's, one pair per chat column
+    assert all(re.search(r"[A-Za-z]{3,}", label) for label in rating), rating
+    assert all(label in feedback.EMPTY for label in rating)  # the hint names them as they read

@@ -33,7 +33,8 @@ def model(tmp_path: Path) -> str:
 
 
 def view(out: tuple) -> dict:
-    names = ["header", "bar", "chart", "log", "samples", "code", "cancel", "resume", "error"]
+    names = ["header", "bar", "chart", "log", "samples", "code", "cancel", "resume", "error",
+             "outcome"]
     return dict(zip([*names, "seen"], out, strict=True))
 
 
@@ -83,7 +84,7 @@ def test_a_tick_reads_nothing_until_the_run_changes(mapped, model, runs_dir: Pat
     watch.run_version(run.dir)  # watching starts here: the trainer's writes are all done
     seen = view(monitor.show(str(run.dir), runs_dir=runs_dir))["seen"]
     time.sleep(0.3)
-    assert monitor.tick(str(run.dir), seen, runs_dir=runs_dir) == (SKIP,) * 10
+    assert monitor.tick(str(run.dir), seen, runs_dir=runs_dir) == (SKIP,) * monitor.N_VIEW
     files.append_progress(run.dir, {"step": 7, "loss": 0.1})
     until(lambda: watch.run_version(run.dir) != seen.version)
     shown = view(monitor.tick(str(run.dir), seen, runs_dir=runs_dir))
@@ -107,7 +108,7 @@ def test_a_dead_trainer_is_noticed_on_the_liveness_interval(mapped, model, runs_
     files.update_status(run_dir, state="running", pid=_dead_pid(), pid_create_time=1.0)
     version = watch.run_version(run_dir)
     fresh = monitor.Seen(str(run_dir), version, time.monotonic(), active=True)
-    assert monitor.tick(str(run_dir), fresh, runs_dir=runs_dir) == (SKIP,) * 10
+    assert monitor.tick(str(run_dir), fresh, runs_dir=runs_dir) == (SKIP,) * monitor.N_VIEW
     due = monitor.Seen(str(run_dir), version, time.monotonic() - monitor.LIVENESS_S, active=True)
     shown = view(monitor.tick(str(run_dir), due, runs_dir=runs_dir))
     assert shown["header"].startswith("**failed**") and "interrupted" in shown["header"]

@@ -37,8 +37,8 @@ TICK_S = 2.0
 # (without widths the prompt took the row and "feedback" broke into "feedbac k").
 COLUMN_WIDTHS: list[str | int] = ["10%", "8%", "16%", "22%", "22%", "22%"]
 EMPTY = (
-    "No feedback yet: rate (👍 / 👎) or edit replies in the Chat tab, or add a conversation "
-    "as a training example; they appear here."
+    "No feedback yet: rate replies (👍 Good / 👎 Bad) or edit them in the Chat tab, or add a "
+    "conversation as a training example; they appear here."
 )
 WHAT = {
     "sft": ("SFT dataset", "liked or edited reply", "dragon.train(fb.sft, {model})"),

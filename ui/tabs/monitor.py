@@ -25,7 +25,7 @@ import pandas as pd
 
 import dragonfarm_core as dragon
 from dragonfarm_core.rundir import files, refs
-from ui import charts, present, remote_panel, watch
+from ui import charts, present, remote_panel, run_outcome, table_widths, watch
 from ui.context import AppContext
 
 TITLE = "Monitor"
@@ -43,6 +43,7 @@ SCROLL_LOG = """() => setTimeout(() => {
 }, 50)"""
 NO_RUN = "No run selected: start one in the Train tab, or open one in the Runs tab."
 REFUSED = "Pick one of the listed runs."
+N_VIEW = 11  # what show() returns: header ... error, outcome, seen
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def _empty(message: str, seen: Seen, error: str = "") -> tuple[Any, ...]:
     off = gr.update(interactive=False)
     hidden = gr.update(visible=False)
     chart = charts.progress_figure(pd.DataFrame())
-    return message, "", chart, "", hidden, "", off, off, present.error_html(error), seen
+    return message, "", chart, "", hidden, "", off, off, present.error_html(error), "", seen
 
 
 def _version(run_dir: str, runs_dir: Path) -> int | None:
@@ -116,7 +117,10 @@ def show(run_dir: str | None, message: str = "", *, runs_dir: Path) -> tuple[Any
         status.get("phase"),
     )
     samples, message = _samples(run.dir, message) if state == "succeeded" else ([], message)
-    shown = gr.update(value=present.samples_table(samples), visible=bool(samples))
+    outcome = _outcome(run, status, progress, samples) if state == "succeeded" else ""
+    table = present.samples_table(samples)
+    widths = table_widths.column_widths(table)  # every column on screen at 1400 px
+    shown = gr.update(value=table, visible=bool(samples), column_widths=widths)
     return (
         present.run_header(run.config, status),
         bar,
@@ -127,8 +131,24 @@ def show(run_dir: str | None, message: str = "", *, runs_dir: Path) -> tuple[Any
         gr.update(interactive=state in ACTIVE, value="Cancel"),
         gr.update(interactive=state in RESUMABLE),
         present.error_html(message),
+        outcome,
         Seen(run_dir, version, time.monotonic(), state in ACTIVE),
     )
+
+
+def _outcome(
+    run: dragon.Run, status: dict[str, Any], progress: pd.DataFrame, samples: list[dict[str, Any]]
+) -> str:
+    """The "what changed" box of a succeeded run (ui.run_outcome), from its files."""
+    try:
+        results = files.read_eval(run.dir) or {}
+    except (OSError, ValueError):  # a damaged eval.json: the sentence says nothing was measured
+        results = {}
+    metrics = status.get("metrics") or {}
+    return run_outcome.outcome_html(
+        str(run.config.get("method") or "sft"), results if isinstance(results, dict) else {},
+        run_outcome.start_row(progress), metrics if isinstance(metrics, dict) else {}, samples,
+    )  # fmt: skip
 
 
 def tick(run_dir: str | None, seen: Seen | None, *, runs_dir: Path) -> tuple[Any, ...]:
@@ -137,7 +157,7 @@ def tick(run_dir: str | None, seen: Seen | None, *, runs_dir: Path) -> tuple[Any
         unchanged = run_dir is None or _version(run_dir, runs_dir) == seen.version
         due = seen.active and time.monotonic() - seen.read_at >= LIVENESS_S
         if unchanged and not due:
-            return (gr.skip(),) * 10
+            return (gr.skip(),) * N_VIEW
     return show(run_dir, runs_dir=runs_dir)
 
 
@@ -202,6 +222,7 @@ def build(ctx: AppContext) -> None:
     header = gr.Markdown(present.hint_html(NO_RUN), elem_id="monitor-header")
     importing = remote_panel.import_controls(ctx, picker, "monitor")  # a bundled run's results
     bar = gr.HTML(elem_id="monitor-progress")
+    outcome = gr.HTML(elem_id="monitor-outcome")  # what a succeeded run changed
     error = gr.HTML(elem_id="monitor-error")
     chart = gr.Plot(label="Training curves", elem_id="monitor-chart")
     log = gr.Textbox(
@@ -213,7 +234,8 @@ def build(ctx: AppContext) -> None:
         elem_id="monitor-log",
     )
     samples = gr.Dataframe(
-        label="Held-out samples: prompt, the data's reply, the model's reply",
+        # The caption names the table's own columns (present.samples_table), then says each.
+        label="Held-out samples: prompt, reference (the data's reply), generated (the run's reply)",
         interactive=False,
         wrap=True,
         visible=False,
@@ -230,7 +252,7 @@ def build(ctx: AppContext) -> None:
     seen, seen_runs = gr.State(None), gr.State(None)
     timer = gr.Timer(TICK_S)
 
-    view = [header, bar, chart, log, samples, code, stop, again, error, seen]
+    view = [header, bar, chart, log, samples, code, stop, again, error, outcome, seen]
     quiet: dict[str, Any] = {"show_progress": "hidden"}
     inside = ctx.runs_dir  # every handler resolves the picked run in it
     picker.change(partial(show, runs_dir=inside), picker, view, **quiet)
