@@ -24,11 +24,15 @@ def _number(value: Any) -> float | None:
     return float(value) if ok else None
 
 
-def loss_sentence(before: float | None, after: float | None) -> str:
+NOT_MEASURED = "No held-out loss in eval.json: Evaluate's re-measure writes it."
+NO_HELD_OUT = "No held-out loss: the data had no held-out rows (hold some out with .split())."
+
+
+def loss_sentence(before: float | None, after: float | None, held_out: Any = None) -> str:
     """The held-out loss before and after, in plain words, with what to try when it did not
-    help."""
+    help. `held_out`: how many rows were held out (config.json's data.n_eval), if known."""
     if after is None:
-        return "No held-out loss: the data had no held-out rows (split it in the Mapping tab)."
+        return NO_HELD_OUT if held_out == 0 else NOT_MEASURED
     if before is None or before <= 0:
         return f"Held-out loss at the end: {after:.2f}."
     change = 1 - after / before
@@ -43,8 +47,11 @@ def loss_sentence(before: float | None, after: float | None) -> str:
             "ones (overfitting): try fewer epochs or a smaller learning rate.")  # fmt: skip
 
 
-def measure_sentence(method: str, results: dict[str, Any], start: dict[str, Any]) -> str:
-    """The sentence for `method`: `results` is eval.json, `start` the step-0 progress row."""
+def measure_sentence(
+    method: str, results: dict[str, Any], start: dict[str, Any], held_out: Any = None
+) -> str:
+    """The sentence for `method`: `results` is eval.json, `start` the step-0 progress row,
+    `held_out` the number of held-out rows when known."""
     if method == "grpo":
         before, after = _number(results.get("start_reward")), _number(results.get("reward"))
         if after is None:
@@ -62,7 +69,7 @@ def measure_sentence(method: str, results: dict[str, Any], start: dict[str, Any]
                 f"{'to ' if was else ''}{accuracy:.0%}: the share of held-out pairs where the "
                 "run gives the chosen reply more weight than the rejected one.")  # fmt: skip
     before = _number(results.get("start_eval_loss")) or _number(start.get("eval_loss"))
-    return loss_sentence(before, _number(results.get("eval_loss")))
+    return loss_sentence(before, _number(results.get("eval_loss")), held_out)
 
 
 def before_after_html(samples: Sequence[dict[str, Any]]) -> str:
@@ -96,10 +103,10 @@ def numbers_html(metrics: dict[str, Any]) -> str:
 
 def outcome_html(
     method: str, results: dict[str, Any], start: dict[str, Any], metrics: dict[str, Any],
-    samples: Sequence[dict[str, Any]],
+    samples: Sequence[dict[str, Any]], held_out: Any = None,
 ) -> str:  # fmt: skip
-    """The Monitor's "what changed" box of a finished run."""
-    sentence = html.escape(measure_sentence(method, results, start))
+    """The Monitor's "what changed" box of a finished run (`held_out`: config's data.n_eval)."""
+    sentence = html.escape(measure_sentence(method, results, start, held_out))
     return (f"<div class='run-outcome'><p class='outcome-sentence'>{sentence}</p>"
             f"{before_after_html(samples)}{numbers_html(metrics)}</div>")  # fmt: skip
 

@@ -56,7 +56,7 @@ def note_html(fits: dragon.Recommendation, method: str) -> str:
         for name, label in NAMES.items()
         if getattr(fits.args, name) != getattr(default, name)
     ]
-    figures = f" ({', '.join(changed)})" if changed else ""
+    figures = f" Not the manual's defaults: {', '.join(changed)}." if changed else ""
     return (
         f"<p class='recommended-note'>{html.escape(fits.note, quote=False)}{html.escape(figures)} "
         "Change any field; what you type stays when you switch method or model.</p>"

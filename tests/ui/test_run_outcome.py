@@ -27,7 +27,8 @@ def test_the_loss_sentence_says_what_happened_and_what_to_try():
     assert "more epochs or a larger learning rate" in run_outcome.loss_sentence(11.45, 11.03)
     higher = run_outcome.loss_sentence(2.0, 2.5)
     assert "25% higher" in higher and "fewer epochs" in higher
-    assert "no held-out rows" in run_outcome.loss_sentence(None, None)
+    assert "no held-out rows" in run_outcome.loss_sentence(None, None, held_out=0)
+    assert run_outcome.loss_sentence(None, None, held_out=6) == run_outcome.NOT_MEASURED
 
 
 def test_each_method_gets_its_own_measure():

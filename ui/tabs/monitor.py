@@ -148,6 +148,7 @@ def _outcome(
     return run_outcome.outcome_html(
         str(run.config.get("method") or "sft"), results if isinstance(results, dict) else {},
         run_outcome.start_row(progress), metrics if isinstance(metrics, dict) else {}, samples,
+        (run.config.get("data") or {}).get("n_eval"),
     )  # fmt: skip
 
 
