@@ -57,15 +57,17 @@ def generate(
     top_p: float = 0.9,
     base: bool = False,
     backend: Backend | None = None,
+    seed: int | None = None,
 ) -> str | list[str]:
     """Replies from a run or model: a str for a str prompt, a list (in order) for a list.
 
     x: a Run, a run directory, a model id or a model folder. With a server or Ollama backend
     the backend's own model answers, and x only names it. base=True answers with the run's
     base model, without its adapter (local backend). temperature=0 is greedy decoding.
+    seed: the same prompts with the same seed give the same replies (None: fresh each call).
     """
     backend = backend or default_backend()
-    sampling = Sampling(max_new_tokens, temperature, top_p)
+    sampling = Sampling(max_new_tokens, temperature, top_p, seed)
     prompts = [prompt] if isinstance(prompt, str) else prompt
     if not isinstance(prompts, list | tuple) or not all(isinstance(p, str) for p in prompts):
         raise TypeError("prompt must be a str or a list of str.")

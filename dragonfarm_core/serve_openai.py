@@ -130,6 +130,7 @@ def read_sampling(body: dict[str, Any], limit: int | None = None) -> Sampling:
         max_new_tokens=read_max_tokens(body, limit),
         temperature=_number(body, "temperature", default.temperature),
         top_p=_number(body, "top_p", default.top_p),
+        seed=body.get("seed"),  # OpenAI's: the same request and seed give the same reply
     )
 
 

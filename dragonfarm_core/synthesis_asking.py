@@ -115,17 +115,25 @@ def as_reply(value: Any) -> Reply:
 
 
 def as_llm(
-    x: Any, system: str | None, max_new_tokens: int, temperature: float, what: str = "teacher"
+    x: Any,
+    system: str | None,
+    max_new_tokens: int,
+    temperature: float,
+    what: str = "teacher",
+    seed: int | None = None,
 ) -> Any:
     """`x` as a function from prompts to Replies: an LLM as it is (with `system` when it has
     none of its own), a run / run directory / model id / model folder through the local
-    inference backend (`llm_local`, with these sampling settings), or a plain callable."""
+    inference backend (`llm_local`, with these sampling settings and seed), or a plain
+    callable."""
     if isinstance(x, LLM):
         return _with_system(x, system)
     if isinstance(x, str | os.PathLike):
         from dragonfarm_core.llm import llm_local
 
-        return llm_local(x, system=system, max_new_tokens=max_new_tokens, temperature=temperature)
+        return llm_local(
+            x, system=system, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed
+        )
     if callable(x):
         return CallableLLM(x)
     raise TypeError(

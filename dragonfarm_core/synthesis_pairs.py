@@ -55,6 +55,7 @@ def synthesize_pairs(
     system: str | None = None,
     temperature: float = 0.8,
     max_new_tokens: int = 256,
+    seed: int | None = 42,
     file: str | os.PathLike[str] | None = None,
     runs_dir: str | os.PathLike[str] | None = None,
     name: str = "preferences",
@@ -71,8 +72,10 @@ def synthesize_pairs(
     Teacher mode (`teacher=`): the teacher's reply is chosen and one student sample rejected
     (identical pairs dropped); given a judge too, both are scored and the pair is kept only
     when the teacher's wins by `min_gap`. student and teacher are what `synthesize` takes as a
-    teacher. Returns a dataset mapped with `map_pairs` (and system), ready for `prefer()`;
-    with a judge the file records chosen_score and rejected_score.
+    teacher. `seed` fixes the samples of a run or model answered locally (the same prompts
+    and seed give the same pairs; None samples afresh); an LLM or plain function samples as
+    it was built to. Returns a dataset mapped with `map_pairs` (and system), ready for
+    `prefer()`; with a judge the file records chosen_score and rejected_score.
     """
     if judge is None and teacher is None:
         raise ValueError(
@@ -81,14 +84,14 @@ def synthesize_pairs(
         )
     check_settings(
         "synthesize_pairs", max_new_tokens=max_new_tokens, temperature=temperature,
-        min_gap=min_gap, n_samples=n_samples if teacher is None else 2, name=name,
+        min_gap=min_gap, n_samples=n_samples if teacher is None else 2, name=name, seed=seed,
     )  # fmt: skip
     rows = prompt_rows(prompts, system)
     path = output_path(file, runs_dir, name)
-    first = as_llm(student, None, max_new_tokens, temperature, "student")
+    first = as_llm(student, None, max_new_tokens, temperature, "student", seed)
 
     def student_for(s: str | None) -> Any:
-        return as_llm(student, s, max_new_tokens, temperature, "student") if s else first
+        return as_llm(student, s, max_new_tokens, temperature, "student", seed) if s else first
 
     asked, dropped = fresh_prompts(rows, dedupe=True)
     todo = [rows[i] for i in asked]
@@ -97,11 +100,14 @@ def synthesize_pairs(
         table, more = _judged_pairs(judge, todo, samples, min_gap, rubric, progress)
         mode, teacher_f = "judge", None
     else:
-        teacher_f = as_llm(teacher, None, max_new_tokens, temperature)
+
+        def teacher_for(s: str | None) -> Any:
+            return as_llm(teacher, s, max_new_tokens, temperature, seed=seed)
+
+        teacher_f = teacher_for(None)
         chosen = ask_rows(
-            lambda s: as_llm(teacher, s, max_new_tokens, temperature) if s else teacher_f,
-            todo, phase="teacher", progress=progress,
-        )  # fmt: skip
+            lambda s: teacher_for(s) if s else teacher_f, todo, phase="teacher", progress=progress
+        )
         rejected = ask_rows(student_for, todo, phase="student", progress=progress)
         table, more = _taught_pairs(judge, todo, chosen, rejected, min_gap, rubric, progress)
         samples, mode = rejected, "teacher"
@@ -117,7 +123,7 @@ def synthesize_pairs(
         "settings": {
             "system": system, "n_samples": n_samples if teacher is None else 1,
             "min_gap": min_gap if judge is not None else None, "rubric": rubric,
-            "temperature": temperature, "max_new_tokens": max_new_tokens,
+            "temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed,
         },
     }  # fmt: skip
     for row in table:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dragonfarm_core.data.neardup import repeats
+from dragonfarm_core.inference.protocol import Sampling
 from dragonfarm_core.judging import reply_failure
 from dragonfarm_core.llm.base import Reply
 from dragonfarm_core.synthesis_asking import PromptRow
@@ -145,6 +146,7 @@ def check_settings(function: str, **settings: Any) -> None:
         checks |= {
             "min_gap": lambda v: _number("min_gap", v, 0, 9),
             "n_samples": lambda v: _whole("n_samples", v, 2),
+            "seed": lambda v: Sampling(seed=v),  # the range every inference backend takes
         }
     for key, value in given.items():
         if key in checks:

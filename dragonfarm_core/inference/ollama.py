@@ -51,6 +51,8 @@ class OllamaBackend:
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
         }
+        if sampling.seed is not None:
+            options["seed"] = sampling.seed
         client = Client(host=self.url, timeout=self.timeout)
         try:
             if on_token is None:
@@ -65,7 +67,7 @@ class OllamaBackend:
         self, model: ModelSpec | None, conversations: list[list[Message]], sampling: Sampling
     ) -> list[str]:
         # Ollama queues parallel requests per model anyway, so one at a time loses nothing.
-        return [self.chat(model, c, sampling) for c in conversations]
+        return [self.chat(model, c, sampling.nth(i)) for i, c in enumerate(conversations)]
 
     def _explain(self, error: Exception) -> InferenceError:
         import httpx

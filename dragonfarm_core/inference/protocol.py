@@ -9,13 +9,14 @@ checked once here so every backend gets valid values.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 from dragonfarm_core.chat_template import ROLES
 
 Message = dict[str, str]
 OnToken = Callable[[str], None]
+MAX_SEED = 2**32 - 1
 
 
 class InferenceError(RuntimeError):
@@ -28,7 +29,7 @@ class InferenceTimeout(InferenceError):
 
 @dataclass(frozen=True)
 class Sampling:
-    """How to generate: length, randomness and nucleus sampling."""
+    """How to generate: length, randomness, nucleus sampling and the random seed."""
 
     max_new_tokens: int = 256
     """Most tokens in a reply."""
@@ -36,6 +37,9 @@ class Sampling:
     """0 is greedy decoding (the same reply every time); higher is more varied."""
     top_p: float = 0.9
     """Nucleus sampling: sample among the most likely tokens that cover this probability."""
+    seed: int | None = None
+    """The same conversations with the same seed give the same replies (on the same backend,
+    hardware and weights); None samples afresh each call. Greedy decoding needs none."""
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):
@@ -46,12 +50,30 @@ class Sampling:
             raise ValueError(f"temperature = {self.temperature}; use 0 (greedy) up to 5.")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p = {self.top_p}; use a value above 0 and at most 1.")
+        if self.seed is not None and (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or not 0 <= self.seed <= MAX_SEED
+        ):
+            # Every backend takes an unsigned 32-bit seed (llama.cpp's is one); torch takes more.
+            raise ValueError(
+                f"seed must be a whole number from 0 to {MAX_SEED}, or None; got {self.seed!r}."
+            )
+
+    def nth(self, i: int) -> Sampling:
+        """The settings for the i-th of several conversations sent one at a time (a server,
+        Ollama): each gets its own seed (seed + i), so a prompt asked n times for n samples
+        does not get the same reply n times, and the whole list still repeats."""
+        if self.seed is None:
+            return self
+        return replace(self, seed=(self.seed + i) % (MAX_SEED + 1))
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "max_new_tokens": self.max_new_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
+            "seed": self.seed,
         }
 
 

@@ -96,6 +96,8 @@ class ServerBackend:
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
         }
+        if sampling.seed is not None:  # best effort: servers that lack it ignore it
+            options["seed"] = sampling.seed
         try:
             client = self._client()
             if on_token is None:
@@ -112,7 +114,12 @@ class ServerBackend:
         self, model: ModelSpec | None, conversations: list[list[Message]], sampling: Sampling
     ) -> list[str]:
         with ThreadPoolExecutor(PARALLEL_REQUESTS) as pool:
-            return list(pool.map(lambda c: self.chat(model, c, sampling), conversations))
+            return list(
+                pool.map(
+                    lambda ic: self.chat(model, ic[1], sampling.nth(ic[0])),
+                    enumerate(conversations),
+                )
+            )
 
     def _explain(self, error: Exception) -> InferenceError:
         import openai

@@ -29,6 +29,7 @@ import sys
 import time
 import traceback
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import IO, Any
 
 BATCH_SIZE = 16
@@ -199,6 +200,22 @@ def generation_options(model: Any, tokenizer: Any, sampling: dict[str, Any]) -> 
     return options
 
 
+@contextlib.contextmanager
+def seeded(seed: int | None, device: str) -> Iterator[None]:
+    """Sampling inside draws from `seed` (the same request gives the same replies), or from
+    the worker's running random state when seed is None. That state is set aside and put
+    back, so a seeded request leaves the unseeded ones after it as random as before."""
+    if seed is None:
+        yield
+        return
+    import torch
+
+    # fork_rng keeps the CPU state and, on CUDA, every GPU's; an MPS state is reseeded only.
+    with torch.random.fork_rng(devices=None if device == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
+
+
 def generate(models: Models, request: dict[str, Any], channel: Channel) -> list[str]:
     """Replies to the request's conversations, in order, in batches of BATCH_SIZE."""
     import torch
@@ -214,22 +231,26 @@ def generate(models: Models, request: dict[str, Any], channel: Channel) -> list[
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     stream = bool(request.get("stream")) and len(prompts) == 1
     replies: list[str] = [""] * len(prompts)
-    for start in range(0, len(order), BATCH_SIZE):
-        chunk = order[start : start + BATCH_SIZE]
-        inputs = tokenizer(
-            [prompts[i] for i in chunk], return_tensors="pt", padding=True, add_special_tokens=False
-        ).to(models.device)
-        streamer = make_streamer(tokenizer, channel, request["id"], stream)
-        with (
-            torch.inference_mode(),
-            adapter_mode(model, spec, models.dtype),
-        ):
-            output = model.generate(**inputs, **options, streamer=streamer)
-        new_tokens = output[:, inputs["input_ids"].shape[1] :]
-        for i, text in zip(
-            chunk, tokenizer.batch_decode(new_tokens, skip_special_tokens=True), strict=True
-        ):
-            replies[i] = text.strip()
+    with seeded(request["sampling"].get("seed"), models.device):
+        for start in range(0, len(order), BATCH_SIZE):
+            chunk = order[start : start + BATCH_SIZE]
+            inputs = tokenizer(
+                [prompts[i] for i in chunk],
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=False,
+            ).to(models.device)
+            streamer = make_streamer(tokenizer, channel, request["id"], stream)
+            with (
+                torch.inference_mode(),
+                adapter_mode(model, spec, models.dtype),
+            ):
+                output = model.generate(**inputs, **options, streamer=streamer)
+            new_tokens = output[:, inputs["input_ids"].shape[1] :]
+            for i, text in zip(
+                chunk, tokenizer.batch_decode(new_tokens, skip_special_tokens=True), strict=True
+            ):
+                replies[i] = text.strip()
     return replies
 
 

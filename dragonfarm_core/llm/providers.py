@@ -449,14 +449,17 @@ def llm_local(
     top_p: float = 0.9,
     backend: Any = None,
     cache: bool = False,
+    seed: int | None = None,
 ) -> LocalLLM:
     """A run, a run directory, a model id or a model folder as a function, through
     `generate()` and the session's backend (or `backend`). Not cached by default: a run's
-    weights can change under the same name (resume), and local answers cost no money."""
+    weights can change under the same name (resume), and local answers cost no money.
+    With a seed, the same prompts give the same replies (each call starts from it)."""
+    sampling = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p}
     return LocalLLM(
         x,
         system=system,
-        sampling={"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p},
+        sampling=sampling if seed is None else sampling | {"seed": seed},
         cache=cache,
         backend=backend,
     )
