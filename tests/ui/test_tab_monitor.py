@@ -33,8 +33,18 @@ def model(tmp_path: Path) -> str:
 
 
 def view(out: tuple) -> dict:
-    names = ["header", "bar", "chart", "log", "samples", "code", "cancel", "resume", "error",
-             "outcome"]
+    names = [
+        "header",
+        "bar",
+        "chart",
+        "log",
+        "samples",
+        "code",
+        "cancel",
+        "resume",
+        "error",
+        "outcome",
+    ]
     return dict(zip([*names, "seen"], out, strict=True))
 
 
