@@ -212,7 +212,9 @@ def settings_code(name: str, old: dragon.Chat, new: dragon.Chat) -> list[str]:
     if old.system != new.system:
         lines.append(f"{name}.system = {literal(new.system) if new.system else None}")
     if old.sampling != new.sampling:
-        values = ", ".join(f"{k}={v!r}" for k, v in new.sampling.as_dict().items())
+        values = ", ".join(
+            f"{k}={v!r}" for k, v in new.sampling.as_dict().items() if k != "seed" or v is not None
+        )  # an unseeded chat (the Chat tab's) writes no seed
         lines.append(f"{name}.sampling = Sampling({values})")
     if old.context_window != new.context_window:
         lines.append(f"{name}.context_window = {new.context_window!r}")
