@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dragonfarm_core.methods import METHODS
-from dragonfarm_core.models import BUNDLED_MODEL_ID, PRESETS, is_bundled
+from dragonfarm_core.models import PRESETS, is_bundled
 from dragonfarm_core.rundir import files
-from dragonfarm_core.settings import Lora, TrainArgs
+from dragonfarm_core.settings import Lora, TrainArgs, to_dict
 
 # Per method, the fields that differ from the method's defaults, as {"lora": {}, "args": {}}.
 # SFT, on bench/data/bike_shop.csv (120 rows of a domain the project's data does not cover, 5 %
@@ -82,10 +82,8 @@ def recommended(model: Any, method: str = "sft") -> Recommendation:
 
 
 def replace_args(args: TrainArgs, changes: dict[str, Any]) -> TrainArgs:
-    """`args` with `changes` (TrainArgs keeps unknown keywords in `extra`, so no
-    dataclasses.replace)."""
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainArgs)}
-    return TrainArgs(**{**values, **changes})
+    """`args` with `changes` (through its dict: TrainArgs keeps unknown keywords in `extra`)."""
+    return TrainArgs(**{**to_dict(args), **changes})
 
 
 def base_model_name(model: Any) -> str | None:
@@ -119,4 +117,4 @@ def preset_columns() -> dict[str, list[Any]]:
     }
 
 
-__all__ = ["BUNDLED_MODEL_ID", "Recommendation", "recommended"]
+__all__ = ["Recommendation", "recommended"]
