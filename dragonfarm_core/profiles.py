@@ -24,6 +24,8 @@ from pathlib import Path
 PROFILE_ENV = "DRAGONFARM_PROFILE"
 RUNS_DIR_ENV = "DRAGONFARM_RUNS_DIR"
 SPACES_DATA = Path("/data")  # a Space's persistent storage, when it has some
+# A folder standing in for /data: a self-hosted copy of the Space image, or a test.
+SPACES_DATA_ENV = "DRAGONFARM_SPACES_DATA"
 
 # Features a profile can turn off, and what each one is, in the words a refusal uses.
 USER_CODE = "user_code"
@@ -73,8 +75,9 @@ class Profile:
 
 
 def _spaces() -> Profile:
-    persistent = SPACES_DATA.is_dir() and os.access(SPACES_DATA, os.W_OK)
-    runs = SPACES_DATA / "dragonfarm_runs" if persistent else Path(tempfile.gettempdir())
+    data = Path(os.environ.get(SPACES_DATA_ENV) or SPACES_DATA)
+    persistent = data.is_dir() and os.access(data, os.W_OK)
+    runs = data / "dragonfarm_runs" if persistent else Path(tempfile.gettempdir())
     return Profile(
         "spaces",
         "0.0.0.0",

@@ -1,0 +1,141 @@
+"""The app as a Hugging Face Space serves it: `python app.py --host 0.0.0.0 --port P` (the
+Dockerfile's CMD) under the spaces profile, with a folder standing in for the Space's /data.
+
+Runs made while it is up are there after a restart; the app answers the Space's proxy name and
+no other; HF_TOKEN from the Space's secrets reaches no page, config or API description.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from gradio_client import Client
+
+from dragonfarm_core.rundir import files, launch
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
+START_TIMEOUT_S = 90
+CANARY = "hf_canarySpaceSecret0123456789"
+SPACE_HOST = "someone-dragonfarm.hf.space"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _space_env(data: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAGONFARM_RUNS_DIR")}
+    paths = [str(ROOT), str(TESTS), env.get("PYTHONPATH", "")]
+    env.update(
+        DRAGONFARM_PROFILE="spaces",
+        DRAGONFARM_SPACES_DATA=str(data),
+        SPACE_HOST=SPACE_HOST,
+        HF_TOKEN=CANARY,
+        HF_HUB_OFFLINE="1",
+        GRADIO_ANALYTICS_ENABLED="False",
+        PYTHONPATH=os.pathsep.join(p for p in paths if p),
+        DRAGONFARM_TRAINER_MODULE="fake_trainer",
+    )
+    return env
+
+
+@contextmanager
+def _space(data: Path, log: Path) -> Iterator[str]:
+    """The Space's command, until the block ends; yields the loopback URL."""
+    port = _free_port()
+    argv = [sys.executable, "app.py", "--host", "0.0.0.0", "--port", str(port)]
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=_space_env(data), stdout=out, stderr=subprocess.STDOUT
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _listed_run_ids(url: str) -> list[str]:
+    """The Runs tab's table, asked for as the page's timer asks for it (the event whose outputs
+    include the component with elem_id runs-table and that is triggered by a tick)."""
+    config = httpx.get(f"{url}/config", timeout=10).json()
+    ids = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
+    table = next(i for i, elem in ids.items() if elem == "runs-table")
+    tick = next(
+        d
+        for d in config["dependencies"]
+        if table in d["outputs"] and any(t[1] == "tick" for t in d["targets"])
+    )
+    client = Client(url, verbose=False)
+    result = client.predict(None, None, None, fn_index=tick["id"])
+    rows = result[0]["data"] if isinstance(result[0], dict) else result[0]
+    return [str(row[0]) for row in rows]
+
+
+def _train_a_run(runs: Path, data: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "dragonfarm_core.cli", "train",
+         str(ROOT / "assets" / "example_tickets.csv"), "--model", "dragonfarm/tiny-support",
+         "--runs-dir", str(runs), "--prompt", "{subject}\\n\\n{body}", "--response", "reply",
+         "--wait"],  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=_space_env(data),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run,) = [p for p in runs.iterdir() if files.is_run_dir(p)]
+    assert launch.live_status(run).get("state") == "succeeded"
+    return run.name
+
+
+def test_a_space_keeps_its_runs_on_data_across_a_restart(tmp_path: Path):
+    data = tmp_path / "data"
+    data.mkdir()
+    runs = data / "dragonfarm_runs"
+    with _space(data, tmp_path / "first.log") as url:
+        page = httpx.get(url, timeout=10).text
+        config = httpx.get(f"{url}/config", timeout=10).text
+        assert str(runs) in config and "vanish" not in config
+        assert "off: command and custom rewards" in config
+        assert _listed_run_ids(url) == []
+        run_id = _train_a_run(runs, data)
+        assert _listed_run_ids(url) == [run_id]
+    with _space(data, tmp_path / "second.log") as url:
+        assert _listed_run_ids(url) == [run_id]
+        # The Space's proxy reaches the app by its SPACE_HOST name; another name is refused.
+        assert httpx.get(url, headers={"Host": SPACE_HOST}, timeout=10).status_code == 200
+        assert httpx.get(url, headers={"Host": "evil.example"}, timeout=10).status_code == 400
+        seen = [page, config, httpx.get(f"{url}/config", timeout=10).text,
+                json.dumps(Client(url, verbose=False).view_api(print_info=False,
+                                                               return_format="dict"))]  # fmt: skip
+    for text in seen:
+        assert CANARY not in text
+    for log in ("first.log", "second.log"):
+        assert CANARY not in (tmp_path / log).read_text()
+    for path in data.rglob("*"):
+        if path.is_file():
+            assert CANARY.encode() not in path.read_bytes(), path
