@@ -44,7 +44,7 @@ def dataset_from_spec(spec: dict[str, Any]) -> Dataset:
         ds = conversations(source, name=spec.get("name"))
     else:
         ds = dataset(source, format=spec.get("format"), name=spec.get("name"),
-                     max_bytes=spec.get("max_bytes"))  # fmt: skip
+                     max_bytes=spec.get("max_bytes"), split=spec.get("hub_split"))  # fmt: skip
         if kind in _MAPPERS:
             ds = getattr(ds, _MAPPERS[kind])(**{k: v for k, v in mapping.items() if v is not None})
     if spec.get("split_set"):

@@ -80,6 +80,11 @@ def _source_call(spec: dict[str, Any]) -> tuple[str, str | None]:
             f"# `{var}`: the {what} this dataset was built from (it was not read from a file)."
         )
         return _call(func, var, {"name": name if name != default else None}), comment
+    if spec.get("format") == "hub":  # a Hub dataset id, fetched again by load_dataset
+        hub_name = name if name != source.rsplit("/", 1)[-1] else None
+        return _call(
+            func, literal(source), {"name": hub_name, "split": spec.get("hub_split")}
+        ), None
     path = Path(source)
     kwargs: dict[str, Any] = {"name": name if name != path.stem else None}
     if func == "dragon.dataset":

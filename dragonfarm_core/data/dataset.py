@@ -20,6 +20,14 @@ import pandas as pd
 
 from dragonfarm_core.data.cells import normalise_frame
 from dragonfarm_core.data.errors import DatasetError, DatasetWarning
+from dragonfarm_core.data.hf_datasets import (
+    DEFAULT_SPLIT,
+    HUB_FORMAT,
+    hf_frame,
+    hub_frame,
+    is_hf_dataset,
+    is_hub_id,
+)
 from dragonfarm_core.data.preview import format_preview, preview_messages
 from dragonfarm_core.data.readers import read_file
 from dragonfarm_core.data.records import Mapping, Rendered, drop_summary, render, resolve_slots
@@ -43,6 +51,7 @@ class Dataset:
     seed: int = DEFAULT_SEED
     split_set: bool = False  # True once split() was called; the under-20-rows rule is for defaults
     max_bytes: int | None = None
+    hub_split: str | None = None  # the split of the Hub dataset `source` names (format "hub")
 
     @property
     def columns(self) -> list[str]:
@@ -179,6 +188,7 @@ class Dataset:
             "seed": self.seed,
             "split_set": self.split_set,
             "max_bytes": self.max_bytes,
+            **({"hub_split": self.hub_split} if self.hub_split else {}),
             "n_rows": len(self.frame),
         }
 
@@ -198,20 +208,41 @@ class Dataset:
         return "\n".join(lines)
 
 
+def _in_memory(x: Any, name: str | None, split: str | None) -> Dataset:
+    """A pandas DataFrame, or a datasets.Dataset / one split of a DatasetDict."""
+    if isinstance(x, pd.DataFrame):
+        label = f"the DataFrame{f' {name!r}' if name else ''}"
+        return Dataset(normalise_frame(x, label), name=name or "dataframe", format="dataframe")
+    frame, default = hf_frame(x, split)
+    label = f"the Dataset {name or default!r}"
+    return Dataset(normalise_frame(frame, label), name=name or default, format="datasets")
+
+
 def dataset(
-    x: str | os.PathLike[str] | pd.DataFrame,
+    x: Any,
     format: str | None = None,
     name: str | None = None,
     max_bytes: int | None = None,
+    split: str | None = None,
 ) -> Dataset:
-    """Read a CSV, TSV, JSON, JSONL, Parquet or .xlsx file, or wrap a pandas DataFrame."""
+    """Read a CSV, TSV, JSON, JSONL, Parquet or .xlsx file, wrap a pandas DataFrame or a
+    `datasets.Dataset` / `DatasetDict` (`split=` picks one), or fetch a Hub dataset by id
+    ("owner/name", `split=` default "train", through `datasets.load_dataset`)."""
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise DatasetError(f"name must be a non-empty string, got {name!r}.")
-    if isinstance(x, pd.DataFrame):
+    if split is not None and not (is_hf_dataset(x) or is_hub_id(x)):
+        raise DatasetError(
+            "split= is for a datasets.DatasetDict or a Hub dataset id; a file or DataFrame is "
+            "one table: drop split= (held-out rows come from .split(eval_frac=...))."
+        )
+    if isinstance(x, pd.DataFrame) or is_hf_dataset(x):
         if format is not None:
-            raise DatasetError("format= is for files; a DataFrame is read as it is, drop format=.")
-        label = f"the DataFrame{f' {name!r}' if name else ''}"
-        return Dataset(normalise_frame(x, label), name=name or "dataframe", format="dataframe")
+            raise DatasetError("format= is for files; a table in memory is read as it is: drop it.")
+        return _in_memory(x, name, split)
+    if is_hub_id(x) and format in (None, HUB_FORMAT):
+        frame = normalise_frame(hub_frame(x, split), f"the Hub dataset {x!r}")
+        return Dataset(frame, name=name or x.rsplit("/", 1)[-1], source=x, format=HUB_FORMAT,
+                       hub_split=split or DEFAULT_SPLIT)  # fmt: skip
     if not isinstance(x, str | os.PathLike):
         hint = (
             " For a list of conversations use dragon.conversations()."
@@ -219,7 +250,8 @@ def dataset(
             else ""
         )
         raise DatasetError(
-            f"dataset() takes a file path or a pandas DataFrame, got {type(x).__name__}.{hint}"
+            "dataset() takes a file path, a pandas DataFrame, a datasets.Dataset or DatasetDict, "
+            f"or a Hub dataset id, got {type(x).__name__}.{hint}"
         )
     frame, path, fmt = read_file(x, format=format, max_bytes=max_bytes)
     return Dataset(frame, name=name or path.stem, source=str(path), format=fmt, max_bytes=max_bytes)
