@@ -80,6 +80,7 @@ from dragonfarm_core.pipelines import (
 )
 from dragonfarm_core.preference import prefer
 from dragonfarm_core.publishing import publish, start_publish
+from dragonfarm_core.memory_estimate import Estimate, PreflightError, preflight
 from dragonfarm_core.recommended import Recommendation, recommended
 from dragonfarm_core.reinforcement import reinforce, test_rewards
 from dragonfarm_core.remote import python_requirements, remote, remote_providers
@@ -210,6 +211,9 @@ __all__ = [
     "presets",
     "recommended",
     "Recommendation",
+    "preflight",
+    "Estimate",
+    "PreflightError",
     "progress",
     "read_judgement",
     "reinforce",

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import methods
+from dragonfarm_core import memory_estimate, methods
 from dragonfarm_core.rundir import files, location
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from dragonfarm_core.spec import RunSpec, check_plain, is_run_folder, slugify
@@ -183,6 +183,11 @@ def create_run(
     return write_run(spec, run_dir, runs_dir)
 
 
+def model_block(spec: RunSpec) -> dict[str, Any]:
+    """config.json's model block for the spec's model (resolved: a Hub id is downloaded)."""
+    return _model_config(spec.model, spec.revision, spec.trust_remote_code)
+
+
 def write_run(
     spec: RunSpec,
     run_dir: str | os.PathLike[str] | None = None,
@@ -198,8 +203,9 @@ def write_run(
     if _check_run_dir(run_dir) is None:
         location.check_folder(location.runs_dir(runs_dir))
     train, held_out = _dataset_rows(spec)
-    model_block = _model_config(spec.model, spec.revision, spec.trust_remote_code)
-    label = spec.name or model_block["model"]["name"]
+    block = model_block(spec)
+    memory_estimate.check(spec, block["model"]["base"], train)  # before anything is written
+    label = spec.name or block["model"]["name"]
     path = new_dir(run_dir, runs_dir, label)
     try:
         group = None if spec.method_args is None else spec.method_args.copy_into(path)
@@ -210,7 +216,7 @@ def write_run(
         stored = spec.to_dict()
         files.write_config(path, {
             "schema": SCHEMA, "id": path.name, "name": spec.name or slugify(label),
-            "method": spec.method, "created_at": files.now_iso(), **model_block,
+            "method": spec.method, "created_at": files.now_iso(), **block,
             "dataset": dataset, "data": {"kind": spec.row.data_kind, "n_train": len(train),
                                          "n_eval": len(held_out)},
             **{key: stored[key] for key in ("lora", "args", "hardware", "n_samples")},

@@ -24,7 +24,7 @@ _TEXT = ("queued_at", "started_at", "finished_at", "heartbeat", "reason", "error
          "dtype", "queue", "resumed_from", "kind", "phase")  # fmt: skip
 STATUS_FIELDS: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(_WHOLE, (int,)),
-    **dict.fromkeys(("pid_create_time", "queued_ts", "epoch"), (int, float)),
+    **dict.fromkeys(("pid_create_time", "queued_ts", "epoch", "peak_memory_mib"), (int, float)),
     **dict.fromkeys(_TEXT, (str,)),
     "metrics": (dict,),
     "judge": (dict,),  # the latest judge() summary (judgement.py)

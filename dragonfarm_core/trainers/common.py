@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -106,6 +107,18 @@ def failure_reason(exc: BaseException) -> str:
     return "error"
 
 
+def peak_memory_mib() -> float:
+    """This process's peak memory so far, in MiB: what the GPU's caching allocator reserved
+    when CUDA was used, else the peak resident set (what the preflight estimate is checked
+    against, bench/preflight.py)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return round(torch.cuda.max_memory_reserved() / 2**20, 1)
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
+
+
 class RunReporter:
     """The trainer's writer of status.json and progress.jsonl, with a heartbeat thread.
 
@@ -163,7 +176,8 @@ class RunReporter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.update(state=state, finished_at=files.now_iso(), phase=None, **fields)
+        self.update(state=state, finished_at=files.now_iso(), phase=None,
+                    peak_memory_mib=peak_memory_mib(), **fields)  # fmt: skip
         if state == "cancelled":
             files.clear_cancel(self.run_dir)
 

@@ -70,6 +70,9 @@ def test_run_writes_and_reads_back_every_file(make_run, model_dir, monkeypatch):
     assert status["step"] == status["total_steps"] == 10 and status["epoch"] == 2.0
     assert status["truncated_rows"] >= 0
     assert status["started_at"] <= status["heartbeat"] and status["finished_at"]
+    # The process's peak RSS (what bench/preflight.py checks the estimate against): at least
+    # what torch alone takes.
+    assert 150 < status["peak_memory_mib"] < 20_000
     assert phases == [("running", files.FINISHING)] and status["phase"] is None
     metrics = status["metrics"]
     assert metrics["eval_loss"] > 0 and metrics["perplexity"] > 1 and metrics["train_loss"] > 0

@@ -1,0 +1,316 @@
+"""Preflight: will a run fit in its device's memory? An estimate before anything is launched.
+
+    est = dragon.preflight(spec)            # Estimate: peak_mib, available_mib, parts, fits, fixes
+    print(est.summary())
+
+`start()` refuses a run whose estimate does not fit (PreflightError, with the changes that would
+make it fit: a smaller batch with more accumulation, gradient checkpointing, 4-bit, shorter
+sequences), before its folder is written. The estimate needs no torch: it reads the model's
+config.json and adds up
+
+    runtime      the trainer process before the model loads (Python, torch, transformers, peft)
+    weights      the frozen base in its dtype (float32 on a CPU; bf16/fp16 on a GPU; 4-bit)
+    lora         LoRA weights, gradients and the two Adam moments, float32
+    activations  what a decoder layer keeps for the backward pass, per token, at the batch's
+                 length (with gradient checkpointing, the measured share of that);
+                 on a CPU also the attention scores and probabilities (torch's math path)
+    logits       the LM head's float32 logits, log-softmax and gradient at the learned positions
+
+The batch's length is the longest training row (characters / CHARS_PER_TOKEN, capped at
+max_seq_len): batches are grouped by length, so the longest batch sets the peak. DPO and ORPO
+rows carry a chosen and a rejected reply (twice the sequences); GRPO runs batch_size prompts
+times group_size completions of max_new_tokens each. The coefficients are checked against
+measured peaks (peak RSS on a CPU, in status.json as peak_memory_mib) by bench/preflight.py;
+its last line gives the error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from dragonfarm_core.rundir import queue
+from dragonfarm_core.settings import SettingsError
+
+MIB = 2**20
+CHARS_PER_TOKEN = 3.0  # rows without a tokenizer: a little more tokens than the usual 4
+RUNTIME_MIB = {"cpu": 480.0, "cuda": 1000.0, "mps": 600.0}  # the process (+ CUDA context)
+LEARNED_FRACTION = 0.5  # the share of positions the LM head is applied at (the replies)
+CHECKPOINTED_SHARE = 0.4  # activations kept with gradient checkpointing (see parts_mib)
+HEADROOM = 0.9  # a run fits when its estimate is at most this share of the device's memory
+LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class PreflightError(SettingsError):
+    """The run would not fit in its device's memory; the message lists what would fit."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    device: str  # "cpu", "cuda:0", "mps"
+    peak_mib: float
+    available_mib: float | None  # None: the device's memory is not known here
+    parts: dict[str, float] = field(default_factory=dict)
+    fixes: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return self.available_mib is None or self.peak_mib <= HEADROOM * self.available_mib
+
+    def summary(self) -> str:
+        """One line: the estimate, against what the device has."""
+        have = (
+            f" of {_gib(self.available_mib)} available on {self.device}"
+            if self.available_mib is not None
+            else f" on {self.device} (its memory is not known here)"
+        )
+        parts = ", ".join(f"{k} {_gib(v)}" for k, v in self.parts.items())
+        return f"Estimated peak memory {_gib(self.peak_mib)}{have} ({parts})."
+
+
+def _gib(mib: float) -> str:
+    return f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib:.0f} MiB"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the estimate needs from a model's config.json (a decoder-only transformer)."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+
+    @classmethod
+    def read(cls, model_dir: str | os.PathLike[str]) -> Shape | None:
+        """The shape in the folder's config.json; None when it does not say its sizes."""
+        try:
+            config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        config = config.get("text_config", config)  # a multimodal model's language part
+        hidden = config.get("hidden_size") or config.get("n_embd") or config.get("d_model")
+        if not isinstance(hidden, int) or hidden <= 0:
+            return None
+        heads = int(config.get("num_attention_heads") or config.get("n_head") or 1)
+        return cls(
+            hidden=hidden,
+            intermediate=int(
+                config.get("intermediate_size") or config.get("n_inner") or 4 * hidden
+            ),
+            layers=int(config.get("num_hidden_layers") or config.get("n_layer") or 1),
+            heads=heads,
+            kv_heads=int(config.get("num_key_value_heads") or heads),
+            head_dim=int(config.get("head_dim") or hidden // heads),
+            vocab=int(config.get("vocab_size") or 32000),
+            tied=bool(config.get("tie_word_embeddings", True)),
+        )
+
+    def linears(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each linear layer of one decoder layer."""
+        q, kv, h, i = (
+            self.heads * self.head_dim,
+            self.kv_heads * self.head_dim,
+            self.hidden,
+            self.intermediate,
+        )
+        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}  # fmt: skip
+
+    def params(self) -> int:
+        per_layer = sum(a * b for a, b in self.linears().values()) + 2 * self.hidden
+        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
+        return embeddings + self.layers * per_layer + self.hidden
+
+
+def _weight_bytes(device: str, dtype: str, load_in_4bit: bool) -> float:
+    if load_in_4bit:
+        return 0.56  # 4-bit blocks with their scales
+    if dtype in ("bfloat16", "float16") or (dtype == "auto" and device != "cpu"):
+        return 2.0
+    return 4.0
+
+
+def _lora_params(shape: Shape, r: int, targets: Any) -> int:
+    names = LINEAR_NAMES if targets == "auto" else tuple(targets)
+    chosen = [
+        (a, b) for name, (a, b) in shape.linears().items() if any(name.endswith(t) for t in names)
+    ]
+    return shape.layers * sum(r * (a + b) for a, b in chosen)
+
+
+def _sequences(method: str, batch: int, method_args: Any) -> int:
+    if method in ("dpo", "orpo"):
+        return 2 * batch
+    if method == "grpo":
+        return batch * int(getattr(method_args, "group_size", 4))
+    return batch
+
+
+def parts_mib(shape: Shape, settings: dict[str, Any]) -> dict[str, float]:
+    """The estimate's parts, in MiB, for settings: device, dtype, load_in_4bit, r, targets,
+    method, method_args, batch_size, seq_len, gradient_checkpointing."""
+    device = settings["device"].partition(":")[0]
+    wbytes = _weight_bytes(device, settings["dtype"], settings["load_in_4bit"])
+    abytes = 4.0 if wbytes == 4.0 else 2.0  # activations in the compute dtype
+    sequences = _sequences(settings["method"], settings["batch_size"], settings["method_args"])
+    tokens = sequences * settings["seq_len"]
+    h, i = shape.hidden, shape.intermediate
+    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    # Kept for backward per token in one layer: the norms' inputs, q/k/v before and after the
+    # rotary embedding, the attention output, the MLP's gate, up, activation and product, and
+    # the inputs LoRA's dropout copies for each adapted linear.
+    per_layer = 4 * h + 3 * q + 3 * kv + 4 * i + 3 * h + q + i
+    if device != "cuda":
+        # On a CPU (and MPS) padded batches take torch's math attention, which keeps the
+        # scores and the probabilities: heads x length per token. CUDA's kernels keep neither.
+        per_layer += 2 * shape.heads * settings["seq_len"]
+    kept = shape.layers * per_layer
+    if settings["gradient_checkpointing"]:
+        # Measured, not the textbook "each layer's input plus one layer": on the 135M shape
+        # (batch 4, 512 tokens, CPU) the peak kept CHECKPOINTED_SHARE of the activations the
+        # run without checkpointing kept (recomputation's buffers and gradients, and the
+        # allocator's slack); bench/preflight.py checks it on another model.
+        kept = max(shape.layers * h + per_layer, CHECKPOINTED_SHARE * kept)
+    return {
+        "runtime": RUNTIME_MIB.get(device, RUNTIME_MIB["cpu"]),
+        "weights": shape.params() * wbytes / MIB,
+        "lora": _lora_params(shape, settings["r"], settings["targets"]) * 16 / MIB,
+        "activations": tokens * kept * abytes / MIB,
+        "logits": tokens * LEARNED_FRACTION * shape.vocab * 4 * 3 / MIB,
+    }
+
+
+def available_mib(device: str) -> float | None:
+    """Memory the device has for a run: the CPU's available RAM (MPS shares it), a GPU's total
+    from nvidia-smi (a run waits in the queue for the device, so others' runs have ended)."""
+    if device in ("cpu", "mps"):
+        return psutil.virtual_memory().available / MIB
+    index = device.partition(":")[2] or "0"
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--id={index}", "--query-gpu=memory.total",
+             "--format=csv,noheader,nounits"],  # fmt: skip
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout  # fmt: skip
+        return float(out.strip().splitlines()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def _settings(spec: Any, rows: list[dict[str, Any]] | None) -> dict[str, Any]:
+    args, hw, lora = spec.args, spec.hardware, spec.lora
+    method_args = spec.method_args
+    if spec.method == "grpo":
+        longest = _longest_tokens(rows) + int(getattr(method_args, "max_new_tokens", 128))
+    else:
+        longest = _longest_tokens(rows)
+    return {
+        "device": queue.resolve_device(hw.device),
+        "dtype": hw.dtype,
+        "load_in_4bit": hw.load_in_4bit,
+        "r": lora.r,
+        "targets": lora.target_modules,
+        "method": spec.method,
+        "method_args": method_args,
+        "batch_size": args.batch_size,
+        "grad_accum": args.grad_accum,
+        "seq_len": min(args.max_seq_len, longest) if longest else args.max_seq_len,
+        "max_seq_len": args.max_seq_len,
+        "gradient_checkpointing": args.gradient_checkpointing,
+    }
+
+
+def _longest_tokens(rows: list[dict[str, Any]] | None) -> int:
+    if not rows:
+        return 0
+    return int(max(len(json.dumps(r, ensure_ascii=False)) for r in rows) / CHARS_PER_TOKEN) + 1
+
+
+def estimate_for(shape: Shape, settings: dict[str, Any]) -> Estimate:
+    """The Estimate for explicit settings (what `preflight` reads from a spec)."""
+    parts = parts_mib(shape, settings)
+    est = Estimate(settings["device"], sum(parts.values()), available_mib(settings["device"]),
+                   {k: round(v, 1) for k, v in parts.items()})  # fmt: skip
+    if est.fits:
+        return est
+    return dataclasses.replace(est, fixes=tuple(_fixes(shape, settings, est.available_mib)))
+
+
+def fix_options(
+    shape: Shape, settings: dict[str, Any], available: float | None
+) -> list[tuple[str, dict[str, Any], float]]:
+    """Changes that bring the estimate under the device's memory: (what to set, the changed
+    settings, the estimate with it)."""
+    candidates: list[tuple[str, dict[str, Any]]] = []
+    batch, accum = settings["batch_size"], settings["grad_accum"]
+    smaller = batch // 2
+    while smaller >= 1:
+        more = accum * batch // smaller
+        candidates.append((f"batch_size={smaller} with grad_accum={more} (the same rows per "
+                           "step)", {"batch_size": smaller, "grad_accum": more}))  # fmt: skip
+        smaller //= 2
+    if not settings["gradient_checkpointing"]:
+        candidates.append(("gradient_checkpointing=True", {"gradient_checkpointing": True}))
+    if settings["device"].startswith("cuda") and not settings["load_in_4bit"]:
+        candidates.append(("Hardware(load_in_4bit=True)", {"load_in_4bit": True}))
+    length = settings["seq_len"] // 2
+    while length >= 128:
+        candidates.append((f"max_seq_len={length} (longer rows are cut)", {"seq_len": length}))
+        length //= 2
+    found = []
+    for text, change in candidates:
+        peak = sum(parts_mib(shape, {**settings, **change}).values())
+        if available is not None and peak <= HEADROOM * available:
+            found.append((text, change, peak))
+    return found
+
+
+def _fixes(shape: Shape, settings: dict[str, Any], available: float | None) -> list[str]:
+    return [
+        f"{text}: about {_gib(peak)}" for text, _, peak in fix_options(shape, settings, available)
+    ]
+
+
+def preflight(spec: Any, model_dir: str | os.PathLike[str] | None = None,
+              rows: list[dict[str, Any]] | None = None) -> Estimate | None:  # fmt: skip
+    """The memory estimate for a RunSpec (its model's config.json: `model_dir`, else the
+    resolved model; its training rows for the batch length, else max_seq_len); None when the
+    model's config does not give its sizes."""
+    if model_dir is None:
+        from dragonfarm_core.rundir.create import model_block
+
+        model_dir = model_block(spec)["model"]["base"]
+    if rows is None and not isinstance(spec.dataset, dict):
+        rows = spec.dataset.split_records()[0]
+    shape = Shape.read(model_dir)
+    return None if shape is None else estimate_for(shape, _settings(spec, rows))
+
+
+def check(spec: Any, model_dir: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
+    """Refuse (PreflightError) a run whose estimate does not fit its device's memory."""
+    est = preflight(spec, model_dir, rows)
+    if est is not None and not est.fits:
+        raise PreflightError(refusal(est))
+
+
+def refusal(est: Estimate) -> str:
+    """The sentence a run that does not fit is refused with."""
+    fixes = "; ".join(est.fixes) if est.fixes else (
+        "none of the usual changes is enough: pick a smaller model or a device with more memory"
+    )  # fmt: skip
+    return f"This run would not fit in memory. {est.summary()} What would fit: {fixes}."

@@ -1,0 +1,110 @@
+"""The preflight memory estimate: read from the model's config.json without torch, it refuses a
+run that will not fit before anything is written, with changes that would fit, each checked
+against the same estimate. (Its error against measured peaks: bench/preflight.py.)"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+import dragonfarm_core as dragon
+from dragonfarm_core import memory_estimate as preflight
+from dragonfarm_core.models import bundled_model_path
+from dragonfarm_core.rundir import files
+
+TICKETS = dict(prompt="{subject}\n\n{body}", response="reply")
+
+
+def stored_params(folder: Path) -> int:
+    """Parameters in a safetensors file, from its header (no torch)."""
+    with (folder / "model.safetensors").open("rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+    total = 0
+    for name, meta in header.items():
+        if name != "__metadata__":
+            n = 1
+            for d in meta["shape"]:
+                n *= d
+            total += n
+    return total
+
+
+def spec(**args) -> dragon.RunSpec:
+    ds = dragon.dataset(dragon.example_data()).map(**TICKETS)
+    return dragon.RunSpec("sft", ds, "dragonfarm/tiny-support", args=dragon.TrainArgs(**args))
+
+
+def test_the_shape_read_from_config_counts_the_models_parameters():
+    shape = preflight.Shape.read(bundled_model_path())
+    assert shape is not None and shape.params() == stored_params(bundled_model_path())
+
+
+def test_the_estimate_grows_with_batch_and_length_and_checkpointing_lowers_it():
+    shape = preflight.Shape.read(bundled_model_path())
+    assert shape is not None
+    base = preflight._settings(spec(batch_size=4, max_seq_len=384), None)
+    peak = preflight.estimate_for(shape, base).peak_mib
+    assert preflight.estimate_for(shape, {**base, "batch_size": 8}).peak_mib > peak
+    assert preflight.estimate_for(shape, {**base, "seq_len": 768}).peak_mib > peak
+    assert preflight.estimate_for(shape, {**base, "gradient_checkpointing": True}).peak_mib < peak
+    dpo = preflight.estimate_for(shape, {**base, "method": "dpo"}).peak_mib
+    assert dpo > peak  # a chosen and a rejected reply per row
+
+
+def test_the_batch_length_is_the_longest_row_capped_at_max_seq_len():
+    rows = spec().dataset.split_records()[0]
+    longest = preflight._longest_tokens(rows)
+    assert 100 < longest < 400
+    assert preflight._settings(spec(max_seq_len=4096), rows)["seq_len"] == longest
+    assert preflight._settings(spec(max_seq_len=128), rows)["seq_len"] == 128
+
+
+def test_a_run_that_does_not_fit_is_refused_with_fixes_that_fit(monkeypatch, tmp_path):
+    big = spec(batch_size=16, grad_accum=1, max_seq_len=1024)
+    shape = preflight.Shape.read(bundled_model_path())
+    settings = preflight._settings(big, big.dataset.split_records()[0])
+    needed = preflight.estimate_for(shape, settings).peak_mib
+    monkeypatch.setattr(preflight, "available_mib", lambda device: needed * 0.8)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with pytest.raises(preflight.PreflightError) as refused:
+        dragon.start(big, runs_dir=runs)
+    message = str(refused.value)
+    assert message.startswith("This run would not fit in memory. Estimated peak memory")
+    assert "batch_size=8 with grad_accum=2 (the same rows per step)" in message
+    assert "gradient_checkpointing=True" in message
+    assert not [p for p in runs.iterdir() if files.is_run_dir(p)]  # nothing was written
+    est = preflight.estimate_for(shape, settings)
+    options = preflight.fix_options(shape, settings, est.available_mib)
+    assert not est.fits and len(est.fixes) == len(options) > 2
+    for text, change, peak in options:  # each offered change, applied, fits
+        changed = preflight.estimate_for(shape, {**settings, **change})
+        assert changed.fits and changed.peak_mib == pytest.approx(peak), text
+
+
+def test_when_nothing_is_enough_it_says_so():
+    shape = preflight.Shape.read(bundled_model_path())
+    settings = preflight._settings(spec(), None)
+    est = preflight.Estimate("cpu", 10_000.0, 100.0)
+    assert not est.fits and "pick a smaller model" in preflight.refusal(est)
+    assert preflight._fixes(shape, settings, 1.0) == []
+
+
+def test_a_model_whose_config_gives_no_sizes_gets_no_estimate(tmp_path: Path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert preflight.Shape.read(folder) is None
+    assert preflight.preflight(spec(), model_dir=folder) is None
+
+
+def test_the_summary_names_the_device_and_the_parts():
+    est = preflight.preflight(spec())
+    assert est is not None and est.fits and est.device == "cpu"
+    text = est.summary()
+    assert "available on cpu" in text
+    assert all(part in text for part in ("runtime", "weights", "lora", "activations", "logits"))
