@@ -83,6 +83,7 @@ from dragonfarm_core.publishing import publish, start_publish
 from dragonfarm_core.memory_estimate import Estimate, PreflightError, preflight
 from dragonfarm_core.recommended import Recommendation, recommended
 from dragonfarm_core.reinforcement import reinforce, test_rewards
+from dragonfarm_core.triage import Fix, Triage, retry, triage
 from dragonfarm_core.remote import python_requirements, remote, remote_providers
 from dragonfarm_core.results_check import ResultsRefused
 from dragonfarm_core.results_import import import_results
@@ -211,6 +212,10 @@ __all__ = [
     "presets",
     "recommended",
     "Recommendation",
+    "retry",
+    "triage",
+    "Triage",
+    "Fix",
     "preflight",
     "Estimate",
     "PreflightError",

@@ -10,6 +10,7 @@ crash always ends as `failed` with a reason and the log's tail, never as a run s
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -37,6 +38,10 @@ class DataError(RuntimeError):
 
 class ModelLoadError(RuntimeError):
     """The model, tokenizer or an adapter to fold in could not be loaded."""
+
+
+class NonFiniteLoss(RuntimeError):
+    """The training loss became NaN or infinite: the run stops there rather than train on."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,10 @@ def failure_reason(exc: BaseException) -> str:
         or ("can't allocate memory" in text)
     ):
         return "out_of_memory"
+    if isinstance(exc, NonFiniteLoss):
+        return "nan_loss"
+    if isinstance(exc, ModuleNotFoundError):
+        return "missing_dependency"
     if isinstance(exc, DataError):
         return "data_error"
     if isinstance(exc, ModelLoadError):
@@ -226,7 +235,14 @@ class TrainState:
     slots: int = 0
 
     def record(self, loss: float, tokens: int, slots: int) -> None:
-        """Count one optimizer step: its loss, its real tokens and its padded token slots."""
+        """Count one optimizer step: its loss, its real tokens and its padded token slots.
+        A loss that is NaN or infinite stops the run (NonFiniteLoss) before it is counted."""
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(
+                f"The training loss became {loss} at step {self.step}; the run stopped there "
+                "rather than train on. A lower learning rate usually fixes it (or float32 "
+                "weights, when they were bfloat16 or float16)."
+            )
         self.loss_sum += loss
         self.loss_steps += 1
         self.log_sum += loss

@@ -40,11 +40,22 @@ def test_cuda_without_gpu_is_a_clear_error():
         (DataError("data/train.jsonl, line 3 is not valid JSON"), "data_error"),
         (ModelLoadError("Could not load x"), "model_error"),
         (SettingsError("TrainArgs.extra has unknown key(s)"), "config_error"),
+        (common.NonFiniteLoss("The training loss became nan"), "nan_loss"),
+        (ModuleNotFoundError("No module named 'bitsandbytes'"), "missing_dependency"),
         (ValueError("something else"), "error"),
     ],
 )
 def test_failure_reasons(exc, reason):
     assert common.failure_reason(exc) == reason
+
+
+@pytest.mark.parametrize("loss", [float("nan"), float("inf"), float("-inf")])
+def test_a_loss_that_is_not_finite_stops_the_run_before_it_is_counted(loss):
+    state = common.TrainState(step=7)
+    state.record(1.5, 10, 12)
+    with pytest.raises(common.NonFiniteLoss, match=r"became .* at step 7; the run stopped"):
+        state.record(loss, 10, 12)
+    assert (state.loss_steps, state.loss_sum) == (1, 1.5)
 
 
 def test_reporter_writes_running_then_heartbeats(tmp_path, monkeypatch):

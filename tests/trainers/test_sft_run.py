@@ -210,3 +210,18 @@ def test_unknown_extra_key_fails_before_loading(make_run, tmp_path):
         sft.main(run_dir)
     status = files.read_status(run_dir)
     assert status["reason"] == "config_error" and "'packing'" in status["error"]
+
+
+@pytest.mark.slow
+def test_a_loss_that_becomes_nan_stops_the_run_with_that_reason(make_run, model_dir):
+    # float16 weights and the largest learning rate allowed overflow within a few steps.
+    run_dir = make_run(model_dir, n_train=40, n_eval=4, epochs=3, batch_size=4, grad_accum=1,
+                       max_seq_len=128, learning_rate=1.0)  # fmt: skip
+    config = files.read_config(run_dir)
+    files.write_config(run_dir, {**config, "hardware": {"device": "cpu", "dtype": "float16"}})
+    with pytest.raises(Exception):  # noqa: B017, PT011 (the entry point records it)
+        sft.main(run_dir)
+    status = files.read_status(run_dir)
+    assert status["state"] == "failed" and status["reason"] == "nan_loss", status.get("error")
+    assert "the run stopped there rather than train on" in status["error"]
+    assert status["step"] < status["total_steps"]  # it stopped early
