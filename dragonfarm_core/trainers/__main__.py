@@ -22,6 +22,7 @@ from pathlib import Path
 
 from dragonfarm_core.methods import method
 from dragonfarm_core.rundir import files, queue
+from dragonfarm_core.trainers import threads
 from dragonfarm_core.trainers.log_noise import quiet_library_noise
 
 TRAINER_MODULE_ENV = "DRAGONFARM_TRAINER_MODULE"
@@ -85,7 +86,10 @@ def _train(run_dir: Path) -> int:
     try:
         if not queue.wait_turn(run_dir):
             return 0
+        threads.before_torch()  # OpenMP reads its wait policy when torch loads it
         module = importlib.import_module(trainer_module(files.read_config(run_dir)))
+        if "torch" in sys.modules:  # a stand-in trainer (tests) may not use torch
+            print(threads.apply(), flush=True)
         module.main(str(run_dir))
     except SystemExit as exc:
         if exc.code not in (0, None):
