@@ -177,7 +177,7 @@ def parts_mib(shape: Shape, settings: dict[str, Any]) -> dict[str, float]:
         # On a CPU (and MPS) padded batches take torch's math attention, which keeps the
         # scores and the probabilities: heads x length per token. CUDA's kernels keep neither.
         per_layer += 2 * shape.heads * settings["seq_len"]
-    kept = shape.layers * per_layer
+    kept: float = shape.layers * per_layer
     if settings["gradient_checkpointing"]:
         # Measured, not the textbook "each layer's input plus one layer": on the 135M shape
         # (batch 4, 512 tokens, CPU) the peak kept CHECKPOINTED_SHARE of the activations the
