@@ -1,139 +1,226 @@
-"""python bench/decode.py [--model PATH] [--quant f16] [--max-new-tokens 128] [--prompts 8]
+"""python bench/decode.py [--max-new-tokens 128] [--batch 8] [--prompts 2] [--models bundled,smol]
 
-Decode speed of our local inference worker against llama.cpp, on the same model and prompts:
-the bundled model (or --model) as it is, through the warm worker (`backend_local`, as
-dragon.generate and the chat use it), and the same model exported with `dragon.export_gguf`
-(llama.cpp's converter, the template round-trip check included) served by llama.cpp's own
-llama-server. Both decode greedily, 128 new tokens at most, with 2 threads (OMP_NUM_THREADS
-for the worker, -t 2 for llama-server), one prompt at a time, after a warm-up call.
+Decode speed of every generation path on the same model, prompts and GGUF, all in one run:
 
-Decode tokens/s leaves out the prompt: for the worker (tokens - 1) / (total - time to the first
-streamed piece), tokens counted with the model's tokenizer on the reply; for llama.cpp its own
-timings (predicted_per_second). llama.cpp needs scripts/build_llama_cpp.py (or LLAMA_CPP_DIR).
-The GGUF is kept in bench/out/ and reused while its check record matches it. Results also go to
-bench/out/decode.json. The last line holds the ratio: ours_over_llama_cpp (decode tokens/s of
-the worker / llama.cpp's; the aim in PERFORMANCE.md is >= 1), with both speeds.
+- plain: transformers' `model.generate` in this process, torch's default threads (what the
+  worker and the trainers' samples did before `worker_decode`);
+- ours: `worker_decode.decode`, the shared loop the worker and the trainers use, with its
+  thread rule (`cpu_threads`);
+- llama.cpp: llama-server on the same weights as an f16 GGUF, 2 threads; batch 8 is 8
+  requests at once on 8 slots.
+
+Greedy, `--max-new-tokens` new tokens with end-of-sequence ignored, at batch 1 and `--batch`,
+on the bundled model and on a SmolLM2-135M-shaped model (its real config, random weights, the
+bundled tokenizer; built here in bench/out/, never downloaded; its GGUF is converted without
+the template check, whose greedy comparison means nothing on random weights). Tokens/s are new
+tokens over wall time, prompt included (the prompts are a few dozen tokens). Then, on the
+bundled model, the backends as chat uses them: the warm worker (`backend_local`) and
+`backend_llamacpp` on the same GGUF, streamed, stopping at the end of the reply: first token
+and decode tokens/s, and the llama.cpp backend's speed over llama-server's own on those replies
+(its overhead). Results go to bench/out/decode.json; the last line holds the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
+import shutil
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "bench")]
-THREADS = "2"
-os.environ.setdefault("OMP_NUM_THREADS", THREADS)  # the worker inherits it (childenv: OMP_*)
-os.environ.setdefault("MKL_NUM_THREADS", THREADS)
+THREADS = 2
 
-from chat_latency import (  # noqa: E402  (the same model, prompts and timing)
-    model_or_exit,
-    prompts,
-    timed_chat,
-    token_counter,
-)
+from chat_latency import prompts, summary, timed_chat, token_counter  # noqa: E402
 
-import dragonfarm_core as dragon  # noqa: E402
 from dragonfarm_core import gguf  # noqa: E402
-from dragonfarm_core.inference import Sampling, backend_local, worker_stop  # noqa: E402
+from dragonfarm_core.inference import (  # noqa: E402
+    Sampling,
+    backend_llamacpp,
+    backend_local,
+    worker_stop,  # noqa: E402
+)
 from dragonfarm_core.inference.target import resolve_target  # noqa: E402
 from dragonfarm_core.llama_server import LlamaServer  # noqa: E402
 from dragonfarm_core.models import bundled_model_path  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
+# SmolLM2-135M's config.json (the shape: widths, depth, heads, vocabulary), weights random.
+SMOL_135M = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+             "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
+             "vocab_size": 49152, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
+             "rope_theta": 100000.0, "tie_word_embeddings": True,
+             "initializer_range": 0.041666666666666664}  # fmt: skip
 
 
-def exported(model_dir: Path, quant: str) -> Path:
-    """The model as a checked GGUF in bench/out/ (made once, reused while its check holds)."""
-    path = OUT / f"{model_dir.name}-{quant}.gguf"
-    record = gguf.read_check(path)
-    if record is None or not record["passed"]:
-        path = dragon.export_gguf(model_dir, out_file=path, quant=quant)
+def smol_model() -> Path:
+    """The SmolLM2-135M shape with random weights and the bundled tokenizer, made once."""
+    folder = OUT / "smollm2-135m-shape"
+    if (folder / "model.safetensors").is_file():
+        return folder
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    bundled = bundled_model_path()
+    base = json.loads((bundled / "config.json").read_text())
+    ids = {k: base[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(**SMOL_135M, **ids)).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json",
+                 "chat_template.jinja", "generation_config.json"):  # fmt: skip
+        shutil.copy(bundled / name, folder / name)
+    return folder
+
+
+def f16_gguf(folder: Path, checked: bool) -> Path:
+    """The model as an f16 GGUF in bench/out/ (made once): through export_gguf with its check
+    for the bundled model, straight through llama.cpp's converter for random weights."""
+    path = OUT / f"{folder.name}-f16.gguf"
+    if checked:
         record = gguf.read_check(path)
-    print(f"{path.name}: {gguf.describe_check(record)}", file=sys.stderr, flush=True)
+        if record is None or not record["passed"]:
+            gguf.export_gguf(folder, out_file=path, quant="f16")
+    elif not path.is_file():
+        from dragonfarm_core.trainers.gguf_convert import convert
+
+        convert(gguf.find_llama_cpp(), folder, path, "f16")
     return path
 
 
-def ours(model_dir: Path, texts: list[str], max_new_tokens: int, count) -> list[dict]:
-    """Each prompt through the warm worker, streamed (chat_latency's timing): decode tokens/s
-    without the prompt."""
-    backend = backend_local()
-    spec = resolve_target(str(model_dir)).spec
-    greedy = Sampling(max_new_tokens, 0.0)
-    backend.chat(spec, [{"role": "user", "content": texts[0]}], greedy, lambda _: None)  # warm
-    calls = [timed_chat(backend, spec, text, greedy, count) for text in texts]
-    worker_stop()
-    return calls
+def prompt_ids(folder: Path, texts: list[str]) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return [tokenizer.apply_chat_template([{"role": "user", "content": t}],
+                                          add_generation_prompt=True, tokenize=True,
+                                          return_dict=False) for t in texts]  # fmt: skip
 
 
-def llama(path: Path, texts: list[str], max_new_tokens: int) -> list[dict]:
-    """Each prompt through llama-server, rendered by the GGUF's own template: its timings."""
-    tools = gguf.find_llama_cpp()
-    calls = []
-    with LlamaServer.start(tools, path, threads=int(THREADS), log=OUT / "llama-server.log") as s:
-        ids = lambda text: [  # noqa: E731
-            i for i, _ in s.tokenize(s.apply_template([{"role": "user", "content": text}]))
-        ]
-        s.complete(ids(texts[0]), max_new_tokens)  # warm
-        for text in texts:
-            answer = s.complete(ids(text), max_new_tokens)
-            timings = answer.get("timings") or {}
-            calls.append({"tokens": len(answer["tokens"]),
-                          "ttft_s": timings.get("prompt_ms", 0.0) / 1000,
-                          "total_s": (timings.get("prompt_ms", 0.0)
-                                      + timings.get("predicted_ms", 0.0)) / 1000,
-                          "tokens_per_s": timings.get("predicted_per_second", 0.0)})  # fmt: skip
-    return calls
+def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> dict[str, float]:
+    """plain generate() and our decode loop, batch 1 (each prompt) and `batch` (one batch)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from dragonfarm_core.inference.worker_decode import Decoding, cpu_threads, decode
+    from dragonfarm_core.trainers.grpo_rollout import left_pad
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    pad = model.config.pad_token_id
+
+    def plain(ids, mask):
+        with torch.inference_mode():
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
+                           min_new_tokens=new, do_sample=False, pad_token_id=pad)  # fmt: skip
+
+    def ours(ids, mask):
+        with torch.inference_mode(), cpu_threads(model):
+            decode(model, ids, mask, Decoding(), max_new_tokens=new, stop=[], pad_id=pad)
+
+    results = {}
+    for name, run in (("plain", plain), ("ours", ours)):
+        run(*left_pad(rows[:1], pad))  # warm
+        for size in (1, batch):
+            groups = [rows[i : i + 1] for i in range(len(rows))] if size == 1 else [
+                (rows * batch)[:batch]]  # fmt: skip
+            start = time.perf_counter()
+            for group in groups:
+                run(*left_pad(group, pad))
+            results[f"{name}_b{size}"] = sum(map(len, groups)) * new / (
+                time.perf_counter() - start)  # fmt: skip
+    return results
 
 
-def summary(calls: list[dict]) -> dict:
-    return {k: statistics.median(c[k] for c in calls) for k in calls[0]}
+def llama_speeds(path: Path, rows: list[list[int]], batch: int, new: int) -> dict[str, float]:
+    """llama-server on the GGUF: each prompt alone, then `batch` at once on as many slots."""
+    results = {}
+    with LlamaServer.start(gguf.find_llama_cpp(), path, threads=THREADS, ctx=512 * batch,
+                           slots=batch, log=OUT / "llama-server.log") as server:  # fmt: skip
+        server.complete(rows[0], 8, ignore_eos=True)  # warm
+        for size in (1, batch):
+            groups = [rows[i : i + 1] for i in range(len(rows))] if size == 1 else [
+                (rows * batch)[:batch]]  # fmt: skip
+            start = time.perf_counter()
+            with ThreadPoolExecutor(size) as pool:
+                for group in groups:
+                    list(pool.map(lambda r: server.complete(r, new, ignore_eos=True), group))
+            results[f"llama_b{size}"] = sum(map(len, groups)) * new / (
+                time.perf_counter() - start)  # fmt: skip
+    return results
+
+
+def raw_chat(server: LlamaServer, text: str, new: int, count) -> dict[str, float]:
+    """One greedy reply from llama-server itself (its template, no backend): tokens/s."""
+    ids = [
+        i for i, _ in server.tokenize(server.apply_template([{"role": "user", "content": text}]))
+    ]
+    start = time.perf_counter()
+    answer = server.complete(ids, new)
+    return {"tokens": len(answer["tokens"]), "tokens_per_s": len(answer["tokens"]) / (
+        time.perf_counter() - start)}  # fmt: skip
+
+
+def backend_speeds(folder: Path, path: Path, texts: list[str], new: int) -> dict[str, dict]:
+    """The warm worker and backend_llamacpp as chat uses them (streamed, stopping at the end of
+    the reply), and llama-server's own speed on the same prompts."""
+    count = token_counter(folder)
+    greedy = Sampling(new, 0.0)
+    spec = resolve_target(str(folder)).spec
+    found = {}
+    for name, b in (("worker", backend_local()), ("llamacpp", backend_llamacpp(
+            path, threads=THREADS, slots=1))):  # fmt: skip
+        b.chat(spec, [{"role": "user", "content": texts[0]}], greedy, lambda _: None)  # warm
+        found[name] = summary([timed_chat(b, spec, t, greedy, count) for t in texts * 2])
+        getattr(b, "stop", worker_stop)()
+    with LlamaServer.start(gguf.find_llama_cpp(), path, threads=THREADS,
+                           log=OUT / "llama-server.log") as server:  # fmt: skip
+        raw_chat(server, texts[0], new, count)  # warm
+        found["llama_server"] = summary([raw_chat(server, t, new, count) for t in texts * 2])
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=str(bundled_model_path()))
-    parser.add_argument("--quant", default="f16", help="the GGUF's type (default f16)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--prompts", type=int, default=2, help="batch-1 prompts per path")
+    parser.add_argument("--models", default="bundled,smol")
     args = parser.parse_args()
-    model_dir = model_or_exit(args.model)
     try:
         gguf.find_llama_cpp()
     except gguf.LlamaCppMissing as e:
         sys.exit(str(e))
     OUT.mkdir(parents=True, exist_ok=True)
-    count = token_counter(model_dir)
     texts = prompts(args.prompts)
-    path = exported(model_dir, args.quant)
-    mine = summary(ours(model_dir, texts, args.max_new_tokens, count))
-    theirs = summary(llama(path, texts, args.max_new_tokens))
-    results = {
-        "model": str(model_dir),
-        "gguf": str(path),
-        "quant": args.quant,
-        "prompts": len(texts),
-        "max_new_tokens": args.max_new_tokens,
-        "threads": int(THREADS),
-        "ours": mine,
-        "llama_cpp": theirs,
-        "ours_over_llama_cpp": mine["tokens_per_s"] / theirs["tokens_per_s"],
-    }
+    results: dict[str, dict] = {}
+    for key in args.models.split(","):
+        folder = bundled_model_path() if key == "bundled" else smol_model()
+        path = f16_gguf(folder, checked=key == "bundled")
+        rows = prompt_ids(folder, texts)
+        speeds = torch_speeds(folder, rows, args.batch, args.max_new_tokens)
+        speeds |= llama_speeds(path, rows, args.batch, args.max_new_tokens)
+        results[key] = speeds
+        print(key, {k: round(v, 1) for k, v in speeds.items()}, file=sys.stderr, flush=True)
+        if key == "bundled":
+            results["backends"] = backend_speeds(folder, path, texts, args.max_new_tokens)
+            print(results["backends"], file=sys.stderr, flush=True)
     (OUT / "decode.json").write_text(json.dumps(results, indent=2))
-    for name, r in (("ours (worker)", mine), (f"llama.cpp {args.quant}", theirs)):
-        print(
-            f"{name:18} first token {r['ttft_s'] * 1000:8.1f} ms   total {r['total_s']:6.2f} s"
-            f"   {r['tokens']:5.0f} tokens   decode {r['tokens_per_s']:7.1f} tokens/s"
+    line = {}
+    for key in args.models.split(","):
+        r = results[key]
+        for size in (1, args.batch):
+            line[f"{key}_b{size}_ours_over_llama"] = r[f"ours_b{size}"] / r[f"llama_b{size}"]
+            line[f"{key}_b{size}_plain_over_llama"] = r[f"plain_b{size}"] / r[f"llama_b{size}"]
+    if "backends" in results:
+        b = results["backends"]
+        line["llamacpp_backend_over_server"] = (
+            b["llamacpp"]["tokens_per_s"] / b["llama_server"]["tokens_per_s"]
         )
-    print(
-        f"ours_over_llama_cpp={results['ours_over_llama_cpp']:.3g} "
-        f"ours_tokens_per_s={mine['tokens_per_s']:.3g} "
-        f"llama_cpp_tokens_per_s={theirs['tokens_per_s']:.3g}"
-    )
+        line["worker_first_token_s"] = b["worker"]["ttft_s"]
+        line["llamacpp_first_token_s"] = b["llamacpp"]["ttft_s"]
+    print(" ".join(f"{k}={v:.3g}" for k, v in line.items()))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from dragonfarm_core.gguf import GGUFJob, check_export, export_gguf, start_expor
 from dragonfarm_core.inference import (
     Backend,
     backend,
+    backend_llamacpp,
     backend_local,
     backend_ollama,
     backend_server,
@@ -165,6 +166,7 @@ __all__ = [
     "archive_run",
     "archived_runs",
     "backend",
+    "backend_llamacpp",
     "backend_local",
     "backend_ollama",
     "backend_server",

@@ -89,11 +89,13 @@ class LlamaServer:
         *,
         threads: int = 2,
         ctx: int = 2048,
+        slots: int = 1,
         log: str | os.PathLike[str] | None = None,
         timeout: float = START_TIMEOUT_S,
     ) -> LlamaServer:
         """Start llama-server on `gguf` and wait until it answers /health (LlamaServerError,
-        with its log's tail, when it exits or does not answer within `timeout` s)."""
+        with its log's tail, when it exits or does not answer within `timeout` s). `slots`
+        conversations are decoded at once, sharing `ctx` tokens between them."""
         binary = tools.binary(SERVER)
         gguf = Path(gguf).resolve()
         log_path = Path(log) if log is not None else gguf.parent / f".{gguf.name}.server.log"
@@ -101,7 +103,7 @@ class LlamaServer:
         api_key = secrets.token_urlsafe(32)
         env = {**childenv.child_env(), "LLAMA_API_KEY": api_key}
         argv = [str(binary), "-m", str(gguf), "--host", HOST, "--port", str(port),
-                "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "-np", "1",
+                "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "-np", str(slots),
                 "--no-webui", "--jinja", "--no-warmup", "-ngl", "0"]  # fmt: skip
         with open(log_path, "ab") as out:
             process = subprocess.Popen(
@@ -176,12 +178,13 @@ class LlamaServer:
     def detokenize(self, ids: list[int]) -> str:
         return str(self._post("/detokenize", {"tokens": ids})["content"])
 
-    def complete(self, prompt: list[int], n_predict: int) -> dict[str, Any]:
+    def complete(self, prompt: list[int], n_predict: int, **options: Any) -> dict[str, Any]:
         """Greedy continuation of the token ids `prompt`: the reply's token ids (`tokens`; the
         end-of-generation token that stopped it is the last, as in transformers' output), the
-        stop type ("eos" or "limit"), and llama.cpp's timings."""
+        stop type ("eos" or "limit"), and llama.cpp's timings. `options` are more /completion
+        fields (the decode bench sends ignore_eos)."""
         body = {"prompt": prompt, "n_predict": n_predict, "return_tokens": True,
-                "cache_prompt": False, "stream": False, **GREEDY}  # fmt: skip
+                "cache_prompt": False, "stream": False, **GREEDY, **options}  # fmt: skip
         answer = dict(self._post("/completion", body))
         answer["tokens"] = [int(t) for t in answer.get("tokens") or []]
         return answer

@@ -4,6 +4,7 @@
                      [--allowed-hosts NAMES]
     dragonfarm serve RUN/merged          # a merged model folder (named after its run)
     dragonfarm serve model.gguf [--ctx 4096]    # a GGUF, decoded by llama.cpp's llama-server
+    dragonfarm serve RUN --llamacpp             # a run's f16 GGUF (exported once), the same way
 
 Then any OpenAI client talks to it, `dragon.backend_server` included:
 
@@ -38,6 +39,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from dragonfarm_core import http_guard
 from dragonfarm_core.generation import target_for
+from dragonfarm_core.inference.llamacpp import backend_llamacpp
 from dragonfarm_core.inference.local import backend_local
 from dragonfarm_core.inference.protocol import (
     Backend,
@@ -178,9 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         "--allowed-hosts", default=None, metavar="NAMES", help=http_guard.ALLOWED_HOSTS_HELP
     )
     parser.add_argument("--ctx", type=int, default=4096, help="a GGUF's context length")
+    parser.add_argument("--llamacpp", action="store_true", help="decode a run or model folder "
+                        "with llama.cpp (its f16 GGUF, exported once)")  # fmt: skip
     args = parser.parse_args(argv)
     import uvicorn
 
+    from dragonfarm_core.gguf_files import GGUFError
     from dragonfarm_core.llama_cpp import LlamaCppMissing
     from dragonfarm_core.llama_server import LlamaServerError
 
@@ -191,9 +196,15 @@ def main(argv: list[str] | None = None) -> int:
             if args.base:
                 raise ValueError("--base serves a run's base model; a GGUF has only its own.")
             server, backend, name = gguf_backend(args.model, name, args.ctx)
+        elif args.llamacpp:  # the run's GGUF, exported on demand (inference/llamacpp.py)
+            if args.base:
+                raise ValueError("--base needs the local worker; --llamacpp serves the run.")
+            backend = backend_llamacpp(args.model, ctx=args.ctx)
+            backend.gguf()  # export now (minutes, once), not in the first request
         app = build_api(args.model, backend=backend, name=name, base=args.base,
                         allowed_hosts=hosts)  # fmt: skip
-    except (ValueError, OSError, TypeError, LlamaCppMissing, LlamaServerError) as e:
+    except (ValueError, OSError, TypeError, LlamaCppMissing, LlamaServerError, GGUFError,
+            InferenceError) as e:  # fmt: skip
         if server is not None:
             server.stop()
         print(f"dragonfarm serve: {e}", file=sys.stderr)

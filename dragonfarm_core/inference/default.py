@@ -7,6 +7,7 @@ else the local worker. DRAGONFARM_BACKEND takes one of:
     ollama:MODEL               a model registered with Ollama at http://localhost:11434
     ollama:MODEL|URL           ... at another address
     server:URL|MODEL           an OpenAI-compatible server; URL ends in /v1
+    llamacpp:RUN               a run (or model folder, or GGUF file) decoded by llama.cpp
 
 A server's API key is read from DRAGONFARM_BACKEND_API_KEY when that is set: the key itself
 never goes in DRAGONFARM_BACKEND, config files or logs.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 
+from dragonfarm_core.inference.llamacpp import backend_llamacpp
 from dragonfarm_core.inference.local import backend_local
 from dragonfarm_core.inference.ollama import backend_ollama
 from dragonfarm_core.inference.protocol import Backend
@@ -23,7 +25,7 @@ from dragonfarm_core.inference.server import backend_server
 
 ENV = "DRAGONFARM_BACKEND"
 API_KEY_ENV = "DRAGONFARM_BACKEND_API_KEY"
-FORMS = "'local', 'ollama:MODEL', 'ollama:MODEL|URL' or 'server:URL|MODEL'"
+FORMS = "'local', 'ollama:MODEL', 'ollama:MODEL|URL', 'server:URL|MODEL' or 'llamacpp:RUN'"
 
 _session: Backend | None = None
 
@@ -61,6 +63,8 @@ def parse_backend(text: str) -> Backend:
         return backend_ollama(parts[0])
     if kind == "ollama" and parts[0] and len(parts) == 2:
         return backend_ollama(parts[0], url=parts[1])
+    if kind == "llamacpp" and rest.strip():
+        return backend_llamacpp(rest.strip())
     if kind == "server" and len(parts) == 2 and all(parts):
         return backend_server(parts[0], parts[1], api_key=os.environ.get(API_KEY_ENV) or None)
     raise ValueError(f"{ENV}={text!r} is not understood: use {FORMS}.")

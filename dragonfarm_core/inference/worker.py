@@ -2,8 +2,8 @@
 
     python -m dragonfarm_core.inference.worker [--device auto|cuda|mps|cpu] [--dtype auto|...]
 
-The only inference code that imports torch, transformers and peft; `local.py` starts it as a
-subprocess. Requests arrive one JSON object per line on stdin; events go back one JSON object
+With its decode loop (`worker_decode`, shared with the trainers' samples and rollouts), the only
+inference code that imports torch, transformers and peft; `local.py` starts it as a subprocess. Requests arrive one JSON object per line on stdin; events go back one JSON object
 per line on the original stdout, which is set aside at start so that anything a library prints
 lands in the log (stderr) instead of corrupting the protocol.
 
@@ -184,20 +184,11 @@ def adapter_mode(model: Any, spec: dict[str, Any], dtype: Any) -> Any:
     return contextlib.nullcontext()
 
 
-def generation_options(model: Any, tokenizer: Any, sampling: dict[str, Any]) -> dict[str, Any]:
-    """`model.generate` arguments; temperature 0 is greedy decoding."""
-    from dragonfarm_core.chat_template import stop_ids
+def decoding(model: Any, sampling: dict[str, Any]) -> Any:
+    """The request's settings over the model's generation config; temperature 0 is greedy."""
+    from dragonfarm_core.inference.worker_decode import Decoding
 
-    greedy = sampling["temperature"] == 0
-    options: dict[str, Any] = {
-        "max_new_tokens": sampling["max_new_tokens"],
-        "do_sample": not greedy,
-        "pad_token_id": tokenizer.pad_token_id,
-        "eos_token_id": stop_ids(model, tokenizer),
-    }
-    if not greedy:
-        options.update(temperature=sampling["temperature"], top_p=sampling["top_p"])
-    return options
+    return Decoding.from_model(model, sampling["temperature"], sampling["top_p"])
 
 
 @contextlib.contextmanager
@@ -220,9 +211,13 @@ def generate(models: Models, request: dict[str, Any], channel: Channel) -> list[
     """Replies to the request's conversations, in order, in batches of BATCH_SIZE."""
     import torch
 
+    from dragonfarm_core.chat_template import stop_ids
+    from dragonfarm_core.inference.worker_decode import cpu_threads, decode
+
     spec = request["model"]
     model, tokenizer = models.get(spec)
-    options = generation_options(model, tokenizer, request["sampling"])
+    settings, stop = decoding(model, request["sampling"]), stop_ids(model, tokenizer)
+    max_new = request["sampling"]["max_new_tokens"]
     prompts = [
         tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False)
         for c in request["conversations"]
@@ -244,9 +239,13 @@ def generate(models: Models, request: dict[str, Any], channel: Channel) -> list[
             with (
                 torch.inference_mode(),
                 adapter_mode(model, spec, models.dtype),
+                cpu_threads(model),
             ):
-                output = model.generate(**inputs, **options, streamer=streamer)
-            new_tokens = output[:, inputs["input_ids"].shape[1] :]
+                new_tokens = decode(
+                    model, inputs["input_ids"], inputs["attention_mask"], settings,
+                    max_new_tokens=max_new, stop=stop, pad_id=tokenizer.pad_token_id,
+                    streamer=streamer,
+                )  # fmt: skip
             for i, text in zip(
                 chunk, tokenizer.batch_decode(new_tokens, skip_special_tokens=True), strict=True
             ):

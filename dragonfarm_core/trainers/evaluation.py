@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from dragonfarm_core.inference.worker_decode import Decoding, cpu_threads, decode, default_stop
 from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers.batching import collate, sorted_batches
 from dragonfarm_core.trainers.grpo_rollout import left_pad
@@ -109,15 +110,12 @@ def generate_samples(
             rows = [prompt_ids(tokenizer, c[:-1], budget)
                     for c in conversations[start : start + batch_size]]  # fmt: skip
             ids, mask = left_pad(rows, tokenizer.pad_token_id)
-            out = model.generate(
-                input_ids=ids.to(device),
-                attention_mask=mask.to(device),
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                pad_token_id=tokenizer.pad_token_id,
-                use_cache=True,
-            )
-            new = out[:, ids.shape[1] :]
+            with cpu_threads(model):  # generate()'s greedy replies, with less overhead
+                new = decode(
+                    model, ids.to(device), mask.to(device), Decoding.from_model(model, 0.0),
+                    max_new_tokens=max_new_tokens, stop=default_stop(model),
+                    pad_id=tokenizer.pad_token_id,
+                )  # fmt: skip
             replies += [t.strip() for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
     finally:
         model.train(was_training)

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from dragonfarm_core.chat_template import ROLES
+from dragonfarm_core.inference.worker_decode import Decoding, cpu_threads, decode
 from dragonfarm_core.rewards import Reward, RewardErrors, Scores, score
 from dragonfarm_core.trainers.common import DataError
 from dragonfarm_core.trainers.modeling import lm_head_logits
@@ -32,12 +33,6 @@ from dragonfarm_core.trainers.sft_data import read_rows
 # Added to the group's standard deviation: a group whose rewards are all equal gets advantage 0
 # instead of 0/0 (the value trl's GRPOTrainer uses).
 ADVANTAGE_EPS = 1e-4
-# Overrides for what a model's generation_config may set (bundled: repetition_penalty 1.1,
-# top_p 0.9; transformers adds top_k 50): the completions must come from the model's own
-# distribution, the one whose log-probabilities the loss uses. Keyword arguments of generate()
-# win over the model's settings, None included.
-PURE_SAMPLING = {"top_k": None, "top_p": None, "min_p": None, "typical_p": None,
-                 "repetition_penalty": None, "no_repeat_ngram_size": None}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -158,31 +153,24 @@ def generate_rollout(
     temperature: float,
     stop: list[int],
 ) -> Rollout:
-    """`group_size` completions of every prompt, all in one batched `generate` call.
+    """`group_size` completions of every prompt, all in one batched decode (`worker_decode.decode`).
 
-    temperature 0 is greedy decoding (evaluation). Sampling uses the full distribution (no top-p,
-    top-k or repetition penalty), the one the loss's log-probabilities describe.
+    temperature 0 is greedy decoding (evaluation). Sampling uses the full distribution
+    (`Decoding.pure`: none of the bundled generation_config's repetition penalty 1.1 or top_p
+    0.9, nor transformers' top_k 50), the one the loss's log-probabilities describe.
     """
     device = next(model.parameters()).device
     ids, mask = left_pad([p for p in prompts for _ in range(group_size)], tokenizer.pad_token_id)
-    options: dict[str, Any] = {**PURE_SAMPLING, "do_sample": temperature > 0}
-    if temperature > 0:
-        options["temperature"] = temperature
     was_training = model.training
     model.eval()  # no dropout while sampling
     try:
-        out = model.generate(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            max_new_tokens=max_new_tokens,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=stop,
-            use_cache=True,
-            **options,
-        )
+        with cpu_threads(model):
+            completion = decode(
+                model, ids.to(device), mask.to(device), Decoding.pure(temperature),
+                max_new_tokens=max_new_tokens, stop=stop, pad_id=tokenizer.pad_token_id,
+            ).cpu()  # fmt: skip
     finally:
         model.train(was_training)
-    completion = out[:, ids.shape[1] :].cpu()
     cmask = completion_mask(completion, stop)
     return Rollout(
         ids, mask, completion, cmask, decode_completions(tokenizer, completion, cmask, stop)

@@ -79,13 +79,13 @@ def test_the_prompt_leaves_room_for_the_reply(max_len, max_new, budget):
 def test_generation_sees_the_cut_prompt(tiny_model_dir, tokenizer, monkeypatch):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     widths = []
-    real = model.generate
+    real = evaluation.decode  # the shared decode loop the samples go through
 
-    def generate(**kwargs):
-        widths.append(kwargs["input_ids"].shape[1])
-        return real(**kwargs)
+    def decode(model, input_ids, *args, **kwargs):
+        widths.append(input_ids.shape[1])
+        return real(model, input_ids, *args, **kwargs)
 
-    monkeypatch.setattr(model, "generate", generate)
+    monkeypatch.setattr(evaluation, "decode", decode)
     conversations = [
         _chat(5_000) + [{"role": "assistant", "content": "Reset it."}],
         _chat(1) + [{"role": "assistant", "content": "Reset it."}],

@@ -1,0 +1,208 @@
+"""The one decode loop every torch-side generation goes through: the worker's chat and batches,
+the trainers' held-out samples and GRPO rollouts.
+
+    settings = Decoding.from_model(model, temperature=0.7, top_p=0.9)   # the worker's semantics
+    new = decode(model, ids, mask, settings, max_new_tokens=128, stop=[eos], pad_id=pad)
+
+`decode` returns what `model.generate(...)[:, prompt_len:]` returns, token for token for greedy
+decoding (tests/inference/test_decode.py): the new tokens of each row, the stop token that
+ended a row included and pad after it, as long as the longest row. It is a plain loop over
+`model.forward` with a cache: the prompt once (logits of its last position only), then one
+token per step, sampling in torch, rows stopping as they finish and the loop ending when all
+have. generate() pays, per token, for its stopping criteria, its logits-processor lists built
+for every option, a fresh model-input dict and a cache-position bookkeeping that this loop does
+not need; see bench/decode.py for the figures (README "Decode speed").
+
+Sampling keeps generate()'s semantics as the worker called it: the model's
+generation_config.json supplies the repetition penalty (the bundled model's 1.1) and top_k
+(transformers' 50 when it sets none); temperature and top_p come from the request; temperature
+0 is greedy, with the repetition penalty still applied, as generate() applies it. The
+processors are transformers' own classes, in generate()'s order, so the same seed draws the
+same tokens. `Decoding.pure(t)` is the model's full distribution at temperature t (GRPO: the
+distribution its loss scores).
+
+Imports torch: only the worker process and the trainers import this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+# transformers' own default when a generation_config sets no top_k (GenerationConfig fills it
+# in for sampling): the worker's replies were drawn with it before this loop existed.
+DEFAULT_TOP_K = 50
+# Below this many parameters a CPU decodes faster on one thread: a token is a few hundred small
+# ops, and every op split over threads waits at a barrier for the slowest one (for all of
+# them when another process holds a core). Measured with bench/decode.py; see README
+# "Decode speed" for the figures on the bundled model (6M) and the SmolLM2-135M shape.
+ONE_THREAD_BELOW = 50_000_000
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How each next token is chosen: 0 temperature is greedy; the rest as generate() does."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    repetition_penalty: float = 1.0
+
+    @classmethod
+    def from_model(cls, model: Any, temperature: float, top_p: float = 1.0) -> Decoding:
+        """The worker's settings: the request's temperature and top_p over the model's own
+        generation_config (its repetition penalty, its top_k or transformers' default)."""
+        config = getattr(model, "generation_config", None)
+        penalty = getattr(config, "repetition_penalty", None) or 1.0
+        top_k = getattr(config, "top_k", None)
+        return cls(
+            temperature=temperature,
+            top_p=top_p,
+            top_k=DEFAULT_TOP_K if top_k is None else int(top_k),
+            repetition_penalty=float(penalty),
+        )
+
+    @classmethod
+    def pure(cls, temperature: float) -> Decoding:
+        """The model's own distribution at `temperature` (no penalty, top-k or top-p)."""
+        return cls(temperature=temperature)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def processors(self) -> Any:
+        """transformers' logits processors for these settings, in generate()'s order."""
+        from transformers import (
+            LogitsProcessorList,
+            RepetitionPenaltyLogitsProcessor,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        found = LogitsProcessorList()
+        if self.repetition_penalty != 1.0:
+            found.append(RepetitionPenaltyLogitsProcessor(self.repetition_penalty))
+        if not self.greedy:
+            if self.temperature != 1.0:
+                found.append(TemperatureLogitsWarper(self.temperature))
+            if self.top_k:
+                found.append(TopKLogitsWarper(top_k=self.top_k))
+            if self.top_p < 1.0:
+                found.append(TopPLogitsWarper(top_p=self.top_p))
+        return found
+
+
+def default_stop(model: Any) -> list[int]:
+    """The end-of-sequence ids generate() stops at by itself: the generation config's."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        return []
+    return [int(eos)] if isinstance(eos, int) else [int(i) for i in eos]
+
+
+def decode_threads(model: Any) -> int:
+    """Threads to decode `model` with on a CPU: one for a small model, else torch's own count.
+    An OMP_NUM_THREADS the user set wins."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()
+    if sum(p.numel() for p in model.parameters()) < ONE_THREAD_BELOW:
+        return 1
+    return torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def cpu_threads(model: Any) -> Iterator[None]:
+    """Decode on `decode_threads(model)` threads when the model is on the CPU; the previous
+    count is restored after (a trainer trains on all of them)."""
+    before = torch.get_num_threads()
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    wanted = decode_threads(model) if on_cpu else before
+    if wanted != before:
+        torch.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        if wanted != before:
+            torch.set_num_threads(before)
+
+
+def start_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Left-padded rows' positions as generate() gives them: counted from each row's first real
+    token, pads at 1 (they are masked out; the value only has to be a valid position)."""
+    positions = attention_mask.long().cumsum(-1) - 1
+    return positions.masked_fill(attention_mask == 0, 1)
+
+
+def _next_tokens(
+    logits: torch.Tensor, seen: torch.Tensor, settings: Decoding, processors: Any
+) -> torch.Tensor:
+    scores = processors(seen, logits) if processors else logits
+    if settings.greedy:
+        return scores.argmax(-1)
+    probs = torch.softmax(scores, dim=-1)
+    return torch.multinomial(probs, num_samples=1).squeeze(1)
+
+
+@torch.no_grad()  # not inference_mode: GRPO scores the sampled ids with grad afterwards
+def decode(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    settings: Decoding,
+    *,
+    max_new_tokens: int,
+    stop: Sequence[int],
+    pad_id: int | None,
+    streamer: Any = None,
+) -> torch.Tensor:
+    """The new tokens for each left-padded row of `input_ids`, [rows, longest reply]: the stop
+    token that ended a row included, `pad_id` after it (as generate() returns them). `stop`
+    empty decodes every row to max_new_tokens. `streamer` gets generate()'s calls: put(prompt),
+    put(tokens) each step, end()."""
+    from transformers import DynamicCache
+
+    rows, prompt_len = input_ids.shape
+    device = input_ids.device
+    pad = torch.tensor(0 if pad_id is None else pad_id, device=device)
+    stops = torch.tensor(list(stop), dtype=torch.long, device=device)
+    # Prompt and reply in one buffer: the repetition penalty looks at both, as in generate().
+    seen = torch.cat([input_ids, input_ids.new_zeros(rows, max_new_tokens)], dim=1)
+    mask = torch.cat([attention_mask, attention_mask.new_ones(rows, max_new_tokens)], dim=1)
+    positions = start_positions(attention_mask)
+    processors = settings.processors()
+    cache = DynamicCache(config=model.config)
+    running = torch.ones(rows, dtype=torch.bool, device=device)
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
+    step_ids, step_pos, n = input_ids, positions, 0
+    while n < max_new_tokens:
+        length = prompt_len + n
+        out = model(
+            input_ids=step_ids,
+            attention_mask=mask[:, :length],
+            position_ids=step_pos,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        token = _next_tokens(out.logits[:, -1, :].float(), seen[:, :length], settings, processors)
+        token = torch.where(running, token, pad)
+        seen[:, length] = token
+        n += 1
+        if streamer is not None:
+            streamer.put(token.cpu())
+        if stops.numel():
+            running &= ~torch.isin(token, stops)
+            if not bool(running.any()):
+                break
+        step_ids, step_pos = token[:, None], step_pos[:, -1:] + 1
+    if streamer is not None:
+        streamer.end()
+    return seen[:, prompt_len : prompt_len + n].clone()

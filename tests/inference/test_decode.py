@@ -1,0 +1,170 @@
+"""The shared decode loop (`worker_decode.decode`) against transformers' `generate`.
+
+Greedy replies are generate()'s token for token (left-padded batches, rows stopping at
+different steps, the bundled model's repetition penalty of 1.1 applied); seeded sampling draws
+the very tokens generate() draws with the worker's settings (the penalty, top_k 50, top_p,
+temperature); the output has generate()'s shape (stop token kept, pad after it); the GRPO
+trainer can score the sampled ids with grad; the thread rule picks one thread for a small
+model and gives the trainer its threads back.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, TextStreamer
+
+from dragonfarm_core.inference.worker_decode import (
+    Decoding,
+    cpu_threads,
+    decode,
+    default_stop,
+    start_positions,
+)
+from dragonfarm_core.models import bundled_model_path
+
+CONVERSATIONS = [
+    "Hi",
+    "My thermostat keeps dropping off Wi-Fi every evening. What should I try first?",
+    "Refund please",
+]
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    # One thread: both sides decode a 6M model several times, which on a shared CPU is many
+    # times faster that way (see worker_decode.ONE_THREAD_BELOW).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    folder = bundled_model_path()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.padding_side = "left"
+    yield model, tokenizer
+    torch.set_num_threads(threads)
+
+
+def batch(tokenizer, texts=CONVERSATIONS):
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": t}],
+                                             add_generation_prompt=True, tokenize=False)
+               for t in texts]  # fmt: skip
+    return tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+
+
+def reference(model, inputs, **options):
+    with torch.inference_mode():
+        out = model.generate(**inputs, pad_token_id=model.config.pad_token_id, **options)
+    return out[:, inputs["input_ids"].shape[1] :]
+
+
+def ours(model, inputs, settings, **options):
+    return decode(model, inputs["input_ids"], inputs["attention_mask"], settings,
+                  pad_id=model.config.pad_token_id, **options)  # fmt: skip
+
+
+def test_greedy_is_generates_token_for_token_in_a_padded_batch(bundled):
+    model, tokenizer = bundled
+    inputs = batch(tokenizer)
+    assert model.generation_config.repetition_penalty == 1.1  # the path under test uses it
+    stop = default_stop(model)
+    expected = reference(model, inputs, max_new_tokens=48, do_sample=False, eos_token_id=stop)
+    got = ours(model, inputs, Decoding.from_model(model, 0.0), max_new_tokens=48, stop=stop)
+    assert torch.equal(got, expected)
+    # and each row alone is the same as in the batch (the padding is invisible)
+    for i, text in enumerate(CONVERSATIONS):
+        alone = ours(model, batch(tokenizer, [text]), Decoding.from_model(model, 0.0),
+                     max_new_tokens=48, stop=stop)  # fmt: skip
+        assert alone[0].tolist() == got[i, : alone.shape[1]].tolist()
+
+
+def test_ignoring_the_stop_decodes_every_row_to_the_limit(bundled):
+    model, tokenizer = bundled
+    inputs = batch(tokenizer)
+    expected = reference(model, inputs, max_new_tokens=40, min_new_tokens=40, do_sample=False)
+    got = ours(model, inputs, Decoding.from_model(model, 0.0), max_new_tokens=40, stop=[])
+    assert got.shape == (3, 40) and torch.equal(got, expected)
+
+
+def test_rows_stop_as_they_finish_and_are_padded_after(bundled):
+    model, tokenizer = bundled
+    inputs = batch(tokenizer)
+    free = ours(model, inputs, Decoding(), max_new_tokens=12, stop=[])
+    stopper = int(free[0, 2])  # row 0 stops at its third token
+    got = ours(model, inputs, Decoding(), max_new_tokens=12, stop=[stopper])
+    assert got[0, 2] == stopper and (got[0, 3:] == model.config.pad_token_id).all()
+    expected = reference(model, inputs, max_new_tokens=12, do_sample=False,
+                         eos_token_id=[stopper], repetition_penalty=1.0)  # fmt: skip
+    assert torch.equal(got, expected)
+
+
+def test_seeded_sampling_draws_what_generate_draws(bundled):
+    model, tokenizer = bundled
+    inputs = batch(tokenizer)
+    stop = default_stop(model)
+    torch.manual_seed(11)
+    expected = reference(model, inputs, max_new_tokens=32, do_sample=True, temperature=0.8,
+                         top_p=0.9, eos_token_id=stop)  # fmt: skip
+    torch.manual_seed(11)
+    got = ours(model, inputs, Decoding.from_model(model, 0.8, 0.9), max_new_tokens=32, stop=stop)
+    assert torch.equal(got, expected)
+    torch.manual_seed(12)
+    other = ours(model, inputs, Decoding.from_model(model, 0.8, 0.9), max_new_tokens=32,
+                 stop=stop)  # fmt: skip
+    assert not torch.equal(other, got)
+
+
+def test_the_worker_settings_come_from_the_generation_config_and_pure_has_none(bundled):
+    model, _ = bundled
+    settings = Decoding.from_model(model, 0.7, 0.9)
+    assert (settings.repetition_penalty, settings.top_k, settings.top_p) == (1.1, 50, 0.9)
+    names = [type(p).__name__ for p in settings.processors()]
+    assert names == ["RepetitionPenaltyLogitsProcessor", "TemperatureLogitsWarper",
+                     "TopKLogitsWarper", "TopPLogitsWarper"]  # fmt: skip
+    assert [type(p).__name__ for p in Decoding.from_model(model, 0.0).processors()] == [
+        "RepetitionPenaltyLogitsProcessor"]  # fmt: skip
+    assert len(Decoding.pure(1.0).processors()) == 0
+
+
+def test_the_streamer_sees_the_reply_as_generate_streams_it(bundled):
+    model, tokenizer = bundled
+    inputs = batch(tokenizer, CONVERSATIONS[1:2])
+    pieces: list[str] = []
+
+    class Collect(TextStreamer):
+        def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+            pieces.append(text)
+
+    new = ours(model, inputs, Decoding.from_model(model, 0.0), max_new_tokens=30,
+               stop=default_stop(model), streamer=Collect(tokenizer, skip_prompt=True,
+                                                          skip_special_tokens=True))  # fmt: skip
+    assert "".join(pieces).strip() == tokenizer.decode(new[0], skip_special_tokens=True).strip()
+    assert len(pieces) > 1
+
+
+def test_sampled_ids_can_be_scored_with_grad(bundled):
+    """GRPO feeds the rollout back through the model with grad: no inference tensors."""
+    model, tokenizer = bundled
+    inputs = batch(tokenizer, CONVERSATIONS[:1])
+    new = ours(model, inputs, Decoding.pure(1.0), max_new_tokens=4, stop=[])
+    assert not new.is_inference()
+    ids = torch.cat([inputs["input_ids"], new], dim=1)
+    model.get_input_embeddings()(ids).sum().backward()  # raises on an inference tensor
+    model.zero_grad(set_to_none=True)
+
+
+def test_left_pad_positions_count_from_the_first_real_token():
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    assert start_positions(mask).tolist() == [[1, 1, 0, 1], [0, 1, 2, 3]]
+
+
+def test_a_small_model_decodes_on_one_thread_and_the_count_comes_back(bundled, monkeypatch):
+    model, _ = bundled
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    torch.set_num_threads(2)
+    before = torch.get_num_threads()
+    with cpu_threads(model):
+        inside = torch.get_num_threads()
+    assert inside == 1 and torch.get_num_threads() == before
+    monkeypatch.setenv("OMP_NUM_THREADS", str(before))  # the user's choice wins
+    with cpu_threads(model):
+        assert torch.get_num_threads() == before
