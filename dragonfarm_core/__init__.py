@@ -60,6 +60,7 @@ from dragonfarm_core.llm import (
     llm_openai,
 )
 from dragonfarm_core.llm_jobs import LLMJob, start_judge
+from dragonfarm_core.memory_estimate import Estimate, PreflightError, preflight
 from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs
 from dragonfarm_core.models import (
     BUNDLED_MODEL_ID,
@@ -81,10 +82,8 @@ from dragonfarm_core.pipelines import (
 )
 from dragonfarm_core.preference import prefer
 from dragonfarm_core.publishing import publish, start_publish
-from dragonfarm_core.memory_estimate import Estimate, PreflightError, preflight
 from dragonfarm_core.recommended import Recommendation, recommended
 from dragonfarm_core.reinforcement import reinforce, test_rewards
-from dragonfarm_core.triage import Fix, Triage, retry, triage
 from dragonfarm_core.remote import python_requirements, remote, remote_providers
 from dragonfarm_core.results_check import ResultsRefused
 from dragonfarm_core.results_import import import_results
@@ -110,6 +109,7 @@ from dragonfarm_core.synthesis_files import open_synthesized
 from dragonfarm_core.synthesis_jobs import start_synthesis
 from dragonfarm_core.task_metrics import metric_regex, metrics
 from dragonfarm_core.training import cancel, logs, progress, resume, start, status, train, wait
+from dragonfarm_core.triage import Fix, Triage, retry, triage
 
 if TYPE_CHECKING:
     import gradio as gr
