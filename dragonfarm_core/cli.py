@@ -9,6 +9,7 @@ dragonfarm export-gguf RUN_OR_DIR [--quant q8_0] [--out FILE]   # llama.cpp's GG
 dragonfarm publish RUN REPO [--what adapter] [--private]   # to the Hugging Face Hub, with a card
 dragonfarm check | app | serve RUN_OR_MODEL      # the machine, the Gradio app, an OpenAI API
                                                  # (serve: a merged folder or a GGUF too)
+dragonfarm users add NAME [--admin] | list | remove NAME   # who may log in (app --profile lab)
 
 Runs live in --runs-dir, else DRAGONFARM_RUNS_DIR, else ./dragonfarm_runs (as for the app); a
 RUN is a run's id there or its folder. Exit codes: 0 done, 1 a run failed or no reply came,
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import dragonfarm_core as dragon
-from dragonfarm_core import cli_pack, cli_pipeline, cli_talk, cli_train
+from dragonfarm_core import cli_pack, cli_pipeline, cli_talk, cli_train, cli_users
 from dragonfarm_core.http_guard import ALLOWED_HOSTS_HELP
 from dragonfarm_core.inference import InferenceError
 from dragonfarm_core.profiles import profile_names
@@ -296,13 +297,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_pipeline.add_commands(sub, _command, _runs_dir_flag)
     cli_pack.add_commands(sub, _command, _runs_dir_flag)
+    cli_users.add_commands(sub, _command)
 
     p = _command(sub, "check", "report versions, the training device and why", _check)
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
     _runs_dir_flag(p)
     p = _command(sub, "app", "start the Gradio app", _app)
     p.add_argument("--runs-dir", default=None, metavar="DIR",
-                   help=f"${location.ENV_VAR}, else the profile's (./{DEFAULT_RUNS_DIR} locally)")  # fmt: skip
+                   help=f"${location.ENV_VAR}, else the profile's (./{DEFAULT_RUNS_DIR} locally); "
+                   "with --profile lab the lab's root (unless $DRAGONFARM_LAB_ROOT)")  # fmt: skip
     p.add_argument("--host", default=None, help="default: the profile's (127.0.0.1 locally)")
     p.add_argument("--port", type=int, default=7860, help="the port to listen on")
     p.add_argument("--profile", default=None, choices=profile_names(),

@@ -177,10 +177,10 @@ def check(runs_dir: str | os.PathLike[str] | None = None, verbose: bool = True) 
 
 def _profile() -> str:
     """The app's profile as DRAGONFARM_PROFILE selects it, and what it turns off."""
-    from dragonfarm_core.profiles import get_profile
+    from dragonfarm_core.profiles import check_line, get_profile
 
     try:
-        return get_profile().summary()
+        return check_line(get_profile())
     except ValueError as e:
         return str(e)
 

@@ -113,7 +113,10 @@ def _how_to_allow(value: str | None, origin: bool = False) -> str:
     return f"start it with --allowed-hosts {name} (or set {ALLOWED_HOSTS_ENV}={name})"
 
 
-async def _refuse(scope: Scope, send: Send, status: int, message: str, code: str) -> None:
+async def refuse(
+    scope: Scope, send: Send, status: int, message: str, code: str,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+) -> None:  # fmt: skip
     """An error in OpenAI's shape (which both servers' clients read); a websocket is closed."""
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
@@ -135,6 +138,7 @@ async def _refuse(scope: Scope, send: Send, status: int, message: str, code: str
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
+                *headers,
             ],
         }
     )
@@ -168,7 +172,7 @@ class HostGuard:
                 return
             refused = True
             host = Headers(scope=scope).get("host")
-            await _refuse(
+            await refuse(
                 scope,
                 send,
                 400,
@@ -203,7 +207,7 @@ class OriginGuard:
             await self.app(scope, receive, send)
             return
         what = "a websocket" if scope["type"] == "websocket" else f"a {scope['method']} request"
-        await _refuse(
+        await refuse(
             scope,
             send,
             403,

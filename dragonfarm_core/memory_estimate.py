@@ -65,6 +65,14 @@ class Estimate:
     def fits(self) -> bool:
         return self.available_mib is None or self.peak_mib <= HEADROOM * self.available_mib
 
+    def refusal(self) -> str:
+        """The sentence a run that does not fit is refused with."""
+        fixes = "; ".join(self.fixes) if self.fixes else (
+            "none of the usual changes is enough: pick a smaller model or a device with more "
+            "memory"
+        )  # fmt: skip
+        return f"This run would not fit in memory. {self.summary()} What would fit: {fixes}."
+
     def summary(self) -> str:
         """One line: the estimate, against what the device has."""
         have = (
@@ -305,12 +313,4 @@ def check(spec: Any, model_dir: str | os.PathLike[str], rows: list[dict[str, Any
     """Refuse (PreflightError) a run whose estimate does not fit its device's memory."""
     est = preflight(spec, model_dir, rows)
     if est is not None and not est.fits:
-        raise PreflightError(refusal(est))
-
-
-def refusal(est: Estimate) -> str:
-    """The sentence a run that does not fit is refused with."""
-    fixes = "; ".join(est.fixes) if est.fixes else (
-        "none of the usual changes is enough: pick a smaller model or a device with more memory"
-    )  # fmt: skip
-    return f"This run would not fit in memory. {est.summary()} What would fit: {fixes}."
+        raise PreflightError(est.refusal())

@@ -6,6 +6,9 @@ offer (`refusal(feature)`); the core functions themselves take the runs dir they
 know nothing of profiles or Gradio.
 
     local   a laptop: 127.0.0.1, ./dragonfarm_runs, everything on
+    lab     a shared workstation: login on every page and API route (the users file, or a
+            reverse proxy's user header), each user's runs under <lab root>/users/<name>/,
+            a cap on queued runs per user; binds 0.0.0.0 only with its own login on
     spaces  a Hugging Face Space: 0.0.0.0:7860 behind its proxy, runs under /data (its
             persistent disk) or a temporary folder that vanishes on restart; nothing that runs
             code the user wrote (command and custom rewards)
@@ -21,8 +24,19 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dragonfarm_core import users
+from dragonfarm_core.http_guard import ANY_INTERFACE
+
 PROFILE_ENV = "DRAGONFARM_PROFILE"
 RUNS_DIR_ENV = "DRAGONFARM_RUNS_DIR"
+# The lab profile's settings, read when the profile is made (at start-up).
+LAB_ROOT_ENV = "DRAGONFARM_LAB_ROOT"
+USER_HEADER_ENV = "DRAGONFARM_USER_HEADER"
+MAX_QUEUED_ENV = "DRAGONFARM_MAX_QUEUED"
+ANONYMISE_QUEUE_ENV = "DRAGONFARM_ANONYMISE_QUEUE"
+SESSION_HOURS_ENV = "DRAGONFARM_SESSION_HOURS"
+DEFAULT_LAB_ROOT = "dragonfarm_lab"
+USERS_DIR = "users"  # <lab root>/users/<name>/ is a user's runs dir
 SPACES_DATA = Path("/data")  # a Space's persistent storage, when it has some
 # A folder standing in for /data: a self-hosted copy of the Space image, or a test.
 SPACES_DATA_ENV = "DRAGONFARM_SPACES_DATA"
@@ -52,6 +66,16 @@ class Profile:
     off: dict[str, str] = field(default_factory=dict)
     # The default runs folder does not survive a restart (a Space without persistent storage).
     ephemeral_runs: bool = False
+    # lab: every page and API route needs a logged-in user (the users file, or user_header).
+    login: bool = False
+    lab_root: str | None = None  # users' runs live under <lab_root>/users/<name>/
+    users_file: str | None = None  # who may log in; <lab_root>/users.json by default
+    # Trust this reverse-proxy header for the user's name instead of our login page; only
+    # when the admin sets it (anyone who can reach the app directly could send the header).
+    user_header: str | None = None
+    max_queued_per_user: int | None = None  # queued or running runs one user may have
+    anonymise_queue: bool = False  # the queue shows other users' runs without their names
+    session_hours: float | None = None  # a login lasts this long (None: until the app stops)
 
     def refusal(self, feature: str) -> str | None:
         """None when `feature` is on, else a sentence saying it is off, why, and where it works."""
@@ -66,11 +90,59 @@ class Profile:
         """Why a reward of this type may not be used here, or None."""
         return self.refusal(USER_CODE) if reward_type in USER_CODE_REWARDS else None
 
+    def runs_dir_for_user(self, user: str) -> Path:
+        """`<lab_root>/users/<user>/`, for a valid user name (not created here)."""
+        if self.lab_root is None:
+            raise ValueError(f"The {self.name!r} profile has no per-user runs (no lab root).")
+        return Path(self.lab_root) / USERS_DIR / users.check_name(user)
+
+    def is_admin(self, user: str | None) -> bool:
+        """Whether the users file marks `user` as an admin (who sees every run, read-only)."""
+        if not user or self.users_file is None:
+            return False
+        return users.is_admin(self.users_file, user)
+
+    def bind_refusal(self, server_name: str | None) -> str | None:
+        """Why the app may not bind `server_name` under this profile, or None. The lab
+        profile listens on every interface only with its own login: with login off anyone
+        on the network could use it, and with `user_header` anyone who reaches the port
+        without the proxy could send the header. local (no login) never binds every interface;
+        a Space does, behind its proxy."""
+        if (server_name or "").strip().lower() not in ANY_INTERFACE or self.name == "spaces":
+            return None  # a Space is reached only through its proxy, which needs every interface
+        if self.name == "local":
+            return (
+                f"Refusing to bind {server_name!r} under the local profile: it has no login, so "
+                "everyone on the network could use the app, its runs and its GPUs. For several "
+                "people use --profile lab (logins, each user's own runs); to reach your own "
+                "app from another machine, bind 127.0.0.1 and use an SSH tunnel (ssh -L "
+                "7860:127.0.0.1:7860 this-machine) or a reverse proxy with --allowed-hosts."
+            )
+        if not self.login:
+            return (
+                f"Refusing to bind {server_name!r} with login off: everyone on the network "
+                "could use the app and its GPUs. Keep login on (the lab profile's users file) "
+                "or bind 127.0.0.1."
+            )
+        if self.user_header:
+            return (
+                f"Refusing to bind {server_name!r} with {USER_HEADER_ENV}={self.user_header}: "
+                "anyone who reaches the port without your proxy could send that header and "
+                "be any user. Bind the address only the proxy reaches (127.0.0.1 when it runs "
+                f"here), or unset {USER_HEADER_ENV} to use the app's own login."
+            )
+        return None
+
     def summary(self) -> str:
         """One line for `dragonfarm check` and the app's header."""
         notes = [f"off: {FEATURE_NAMES[f]}" for f in self.off]
         if self.ephemeral_runs:
             notes.append("its default runs folder is temporary")
+        if self.login:
+            how = f"the {self.user_header} header" if self.user_header else "the users file"
+            notes.append(f"login required ({how}); each user has their own runs")
+        if self.max_queued_per_user is not None:
+            notes.append(f"at most {self.max_queued_per_user} queued runs per user")
         return f"profile {self.name!r}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -92,26 +164,77 @@ def _spaces() -> Profile:
     )
 
 
+def check_line(profile: Profile) -> str:
+    """`dragonfarm check`'s line: the summary, and for the lab where it lives and who is in."""
+    if profile.lab_root is None:
+        return profile.summary()
+    table = users.list_users(profile.users_file) if profile.users_file else []
+    admins = sum(u["admin"] for u in table)
+    return (
+        f"{profile.summary()}; lab root {profile.lab_root}, {len(table)} users ({admins} admin) "
+        f"in {profile.users_file}" + ("" if table else ": add one with `dragonfarm users add`")
+    )
+
+
+def _env_number(name: str, default: float, kind: type[int] | type[float]) -> float:
+    text = os.environ.get(name, "").strip()
+    try:
+        value = kind(text) if text else default
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise ValueError(f"{name}={text!r} is not a positive number; set it to e.g. {default}.")
+    return value
+
+
+def lab_root_for(runs_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The lab's root folder: DRAGONFARM_LAB_ROOT, else `runs_dir` (--runs-dir), else
+    ./dragonfarm_lab."""
+    chosen = os.environ.get(LAB_ROOT_ENV, "").strip() or runs_dir or DEFAULT_LAB_ROOT
+    return Path(chosen).expanduser().resolve()
+
+
+def _lab(runs_dir: str | os.PathLike[str] | None) -> Profile:
+    root = lab_root_for(runs_dir)
+    return Profile(
+        "lab",
+        "127.0.0.1",
+        1024,
+        str(root),
+        login=True,
+        lab_root=str(root),
+        users_file=str(root / users.USERS_FILE),
+        user_header=os.environ.get(USER_HEADER_ENV, "").strip() or None,
+        max_queued_per_user=int(_env_number(MAX_QUEUED_ENV, 2, int)),
+        anonymise_queue=os.environ.get(ANONYMISE_QUEUE_ENV, "").strip() in ("1", "true", "yes"),
+        session_hours=_env_number(SESSION_HOURS_ENV, 12.0, float),
+        # Isolation between users holds only while nobody's code runs as the server's account.
+        off={USER_CODE: "they would run as this server's account, which can read every "
+             "user's runs."},  # fmt: skip
+    )
+
+
 def profile_names() -> list[str]:
-    return ["local", "spaces"]
+    return ["local", "lab", "spaces"]
 
 
-def get_profile(name: str | None = None) -> Profile:
-    """The named profile, else DRAGONFARM_PROFILE's, else `local`."""
+def get_profile(name: str | None = None, runs_dir: str | os.PathLike[str] | None = None) -> Profile:
+    """The named profile, else DRAGONFARM_PROFILE's, else `local`. `runs_dir` (--runs-dir) is
+    the lab's root when DRAGONFARM_LAB_ROOT is not set; the other profiles ignore it."""
     name = (name or os.environ.get(PROFILE_ENV) or "local").strip().lower()
     if name == "local":
         return Profile("local", "127.0.0.1", 1024, "dragonfarm_runs")
     if name == "spaces":
         return _spaces()  # read now: /data and SPACE_HOST are the Space's, at start-up
     if name == "lab":
-        raise ValueError(
-            "The 'lab' profile (login, per-user runs) is not available in this version; "
-            "use --profile local, or put the app behind your own login proxy."
-        )
+        return _lab(runs_dir)
     raise ValueError(f"Unknown profile {name!r}; use one of {', '.join(profile_names())}.")
 
 
 def runs_dir_for(runs_dir: str | os.PathLike[str] | None, profile: Profile) -> Path:
-    """Where the app keeps runs: the argument, else DRAGONFARM_RUNS_DIR, else the profile's."""
+    """Where the app keeps runs: the lab's root in the lab profile (each user's runs are in
+    a folder under it), else the argument, else DRAGONFARM_RUNS_DIR, else the profile's."""
+    if profile.lab_root is not None:
+        return Path(profile.lab_root)
     chosen = runs_dir or os.environ.get(RUNS_DIR_ENV) or profile.default_runs_dir
     return Path(chosen).expanduser().resolve()

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import math
 import numbers
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -199,6 +200,7 @@ class TrainArgs:
 
 
 Device = Literal["auto", "cuda", "mps", "cpu"]
+_ONE_GPU = re.compile(r"cuda:\d+")
 DType = Literal["auto", "bfloat16", "float16", "float32"]
 
 
@@ -207,7 +209,7 @@ class Hardware:
     """Where and in what precision to train."""
 
     device: str = setting("auto", "Device", choices=("auto", "cuda", "mps", "cpu"), help=
-        "auto picks CUDA, then Apple MPS, then the CPU.")  # fmt: skip
+        "auto picks CUDA, then Apple MPS, then the CPU; cuda:1 is the second GPU.")  # fmt: skip
     dtype: str = setting("auto", "Precision", choices=("auto", "bfloat16", "float16", "float32"), help=
         "auto: bfloat16 where supported, float16 on older CUDA GPUs, float32 for the "
         "trainable adapter on a CPU.")  # fmt: skip
@@ -215,7 +217,9 @@ class Hardware:
         "QLoRA: keep the frozen base in 4-bit (bitsandbytes, CUDA only).")  # fmt: skip
 
     def __post_init__(self) -> None:
-        _check_choice(self, "device")
+        # "cuda:1": one GPU of several, each its own queue (the Train tab lists those found).
+        if not (isinstance(self.device, str) and _ONE_GPU.fullmatch(self.device)):
+            _check_choice(self, "device")
         _check_choice(self, "dtype")
         if not isinstance(self.load_in_4bit, bool):
             raise SettingsError("Hardware.load_in_4bit must be True or False.")

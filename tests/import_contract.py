@@ -45,7 +45,12 @@ APP_FACING: dict[str, str] = {
     "their sizes and every check's verdict",
     "dragonfarm_core.http_guard": "the server: host and origin checks (launch, --allowed-hosts)",
     "dragonfarm_core.upload_caps": "the server: the upload size caps",
+    "dragonfarm_core.login_guard": "the server: the lab profile's login on every route",
     "dragonfarm_core.rundir.refs": "the server: confines each run a page names to the runs dir",
+    "dragonfarm_core.rundir.queue": "the lab's queue panel (the machine's tickets) and the Train "
+    "tab's device list (the GPUs found without torch)",
+    "dragonfarm_core.rundir.jobs": "the lab's per-user cap: `admission`, asked before any device "
+    "job this app process queues",
     "dragonfarm_core.chat_template": (
         "the Mapping preview: rows through the model's chat template, the learned span marked"
     ),

@@ -90,7 +90,7 @@ def test_when_nothing_is_enough_it_says_so():
     shape = preflight.Shape.read(bundled_model_path())
     settings = preflight._settings(spec(), None)
     est = preflight.Estimate("cpu", 10_000.0, 100.0)
-    assert not est.fits and "pick a smaller model" in preflight.refusal(est)
+    assert not est.fits and "pick a smaller model" in est.refusal()
     assert preflight._fixes(shape, settings, 1.0) == []
 
 

@@ -1,6 +1,7 @@
 """What the tabs share, passed to each tab's `build(ctx)` explicitly.
 
-Tabs never import each other. The few things they share are here: where runs live, the
+Tabs never import each other. The few things they share are here: where runs live (per request:
+in a profile with login, the logged-in user's folder, see `ui.per_user`), the
 deployment profile (policy the core defines in `dragonfarm_core.profiles`), and four pieces of
 per-browser-session state (the loaded dataset, the mapped dataset, the chosen model and the
 selected run). A tab reads a state by listing it as
@@ -10,14 +11,17 @@ bounce between tabs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.profiles import Profile
 from dragonfarm_core.rundir.files import UPLOADS_DIR
+from ui import per_user
 
 
 def report_tokenizer(model: dragon.ResolvedModel) -> str | None:
@@ -30,13 +34,28 @@ def report_tokenizer(model: dragon.ResolvedModel) -> str | None:
 class AppContext:
     """Plain values plus the shared `gr.State`s; create it inside `gr.Blocks` with `new_context`."""
 
-    runs_dir: Path
+    home: Path  # the app's runs folder; with login only NO_USER (each user has their own)
     profile: Profile
     dataset: gr.State  # dragon.Dataset as loaded, or None. Written by the Data tab.
     mapped: gr.State  # dragon.Dataset with a mapping, or None. Written by the Mapping tab.
     model: gr.State  # ResolvedModel chosen for training and previews. Written by the Model tab.
     run: gr.State  # the selected run's directory (str), or None.
     tabs: gr.Tabs | None = None  # the app's tabs, so a handler can move the user on to one
+    # (fn, outputs) to run when a page loads: with login, what the page shows of the user's own
+    # runs (the build-time values are empty); build_app wires them to the app's load event.
+    loads: list[tuple[Callable[[], Any], list[Any]]] = field(default_factory=list)
+
+    @property
+    def runs_dir(self) -> Path:
+        """Where runs live for the request being handled (build time: `home`, or NO_USER
+        with login). A handler bound to it at build time gets the caller's own folder."""
+        return per_user.runs_dir_now(self.profile, self.home)
+
+    def on_load(self, fn: Callable[[], Any], outputs: list[Any]) -> None:
+        """Run `fn` (no inputs) when a page loads, only where each user has their own runs;
+        without login the build-time values are already right."""
+        if self.profile.login:
+            self.loads.append((fn, outputs))
 
     @property
     def uploads_dir(self) -> Path:
@@ -44,9 +63,10 @@ class AppContext:
 
 
 def new_context(runs_dir: Path, profile: Profile) -> AppContext:
-    """The context for one app; must be called inside a `gr.Blocks` block."""
+    """The context for one app; must be called inside a `gr.Blocks` block. With login the
+    tabs are built against NO_USER, never a folder with runs in it."""
     return AppContext(
-        runs_dir=runs_dir,
+        home=per_user.NO_USER if profile.login else runs_dir,
         profile=profile,
         dataset=gr.State(None),
         mapped=gr.State(None),

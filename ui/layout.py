@@ -24,10 +24,10 @@ from typing import Any
 import gradio as gr
 from starlette.middleware import Middleware
 
-from dragonfarm_core import http_guard
+from dragonfarm_core import http_guard, login_guard
 from dragonfarm_core.profiles import Profile, get_profile, runs_dir_for
-from dragonfarm_core.rundir.files import UPLOADS_DIR
 from dragonfarm_core.upload_caps import UploadCaps
+from ui import per_user, queue_panel
 from ui.context import new_context
 from ui.tabs import (
     chat,
@@ -116,6 +116,17 @@ class DragonfarmApp(gr.Blocks):
             )
         named = inspect.signature(gr.Blocks.launch).bind_partial(self, *args, **kwargs)
         hosts = self.hosts(named.arguments.get("server_name"), allowed_hosts)
+        bound = named.arguments.get("server_name") or os.environ.get("GRADIO_SERVER_NAME")
+        if (refusal := self.profile.bind_refusal(bound or "127.0.0.1")) is not None:
+            raise ValueError(refusal)
+        login: list[Middleware] = []
+        if self.profile.login:  # the lab: Gradio's auth, and our guard in front of every route
+            if {"auth", "auth_dependency"} & set(named.arguments):
+                raise ValueError(f"The {self.profile.name!r} profile sets the login itself; "
+                                 "launch without auth or auth_dependency.")  # fmt: skip
+            options, guard = login_guard.launch_options(self.profile)
+            kwargs.update(options)
+            login.append(guard)
         hint = (
             f" (Set by the {self.profile.name!r} profile: max_upload_mb="
             f"{self.profile.max_upload_mb}, max_session_upload_mb="
@@ -124,6 +135,7 @@ class DragonfarmApp(gr.Blocks):
         app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
         app_kwargs["middleware"] = [
             *http_guard.guard_middleware(hosts),
+            *login,  # after the Origin check (no login from a foreign page), before uploads
             Middleware(
                 UploadCaps,
                 max_request_mb=self.profile.max_upload_mb,
@@ -150,6 +162,8 @@ class DragonfarmApp(gr.Blocks):
 def where_runs_go(folder: Path, profile: Profile) -> str:
     """The header's line: where runs are saved, the active profile and what it turns off."""
     text = f"Runs are saved in `{folder}` · {profile.summary()}"
+    if profile.login and not profile.user_header:  # a proxy's login is logged out there
+        text += " · [Log out](logout)"  # Gradio's route; relative, as under a proxy's prefix
     if profile.ephemeral_runs and folder == Path(profile.default_runs_dir).resolve():
         text += (
             "\n\n**This Space has no persistent storage: runs vanish when it restarts.** "
@@ -161,20 +175,27 @@ def where_runs_go(folder: Path, profile: Profile) -> str:
 def build_app(runs_dir: str | os.PathLike[str], profile: str | Profile = "local") -> DragonfarmApp:
     """The app as a `gr.Blocks`, keeping its runs (and uploads) in `runs_dir`; `profile` is a
     profile's name or a `Profile` (own upload caps, host names)."""
-    folder = Path(runs_dir).expanduser().resolve()
-    (folder / UPLOADS_DIR).mkdir(parents=True, exist_ok=True)
-    chosen = profile if isinstance(profile, Profile) else get_profile(profile)
+    chosen = profile if isinstance(profile, Profile) else get_profile(profile, runs_dir)
+    folder = per_user.served_root(runs_dir, chosen)
     gradio_temp_dir()  # before any component: each reads GRADIO_TEMP_DIR when created
     with DragonfarmApp(title="dragonfarm", analytics_enabled=False) as app:
-        app.runs_dir, app.profile = folder, chosen
+        app.runs_dir, app.profile = folder, chosen  # with login: the lab root, all users'
         ctx = new_context(folder, chosen)
         gr.Markdown(HEADER, elem_id="df-header")
-        gr.Markdown(where_runs_go(folder, chosen), elem_id="df-runs-dir")
+        # With login the line names the user's own folder, filled in when the page loads.
+        shown = gr.Markdown(
+            "" if chosen.login else where_runs_go(folder, chosen), elem_id="df-runs-dir"
+        )
+        ctx.on_load(lambda: where_runs_go(ctx.runs_dir, chosen), [shown])
         with gr.Tabs() as tabs:
             ctx = dataclasses.replace(ctx, tabs=tabs)
             for tab in TABS:
                 with gr.Tab(tab.TITLE, id=tab.__name__.rsplit(".", 1)[-1]):
                     tab.build(ctx)
+        for fn, outputs in ctx.loads:
+            app.load(fn, None, outputs, show_progress="hidden")
+    per_user.install(app, chosen)  # with login: every handler gets the caller's own folder
+    queue_panel.install(chosen)  # with a per-user cap: every device job this process starts
     return app
 
 
@@ -186,11 +207,11 @@ def launch(
     allowed_hosts: str | Sequence[str] | None = None,
 ) -> None:
     """Build the app for the profile and serve it until interrupted."""
-    chosen = get_profile(profile)
+    chosen = get_profile(profile, runs_dir)  # the lab's root is --runs-dir, unless its env
     folder = runs_dir_for(runs_dir, chosen)
     server_name = host or chosen.host
     print(f"dragonfarm: runs are saved in {folder}", flush=True)
-    app = build_app(folder, chosen.name)
+    app = build_app(folder, chosen)
     print(f"dragonfarm: {http_guard.describe(app.hosts(server_name, allowed_hosts))}", flush=True)
     app.launch(
         server_name=server_name,

@@ -12,7 +12,6 @@ import html
 from typing import Any
 
 import dragonfarm_core as dragon
-from dragonfarm_core import memory_estimate
 from dragonfarm_core.rundir import files
 
 _rows_seen: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
@@ -47,5 +46,5 @@ def memory_html(spec: dragon.RunSpec, model: dragon.ResolvedModel, parent: str |
     return (
         "<div class='df-error' role='alert' style='border:1px solid #f59e0b;background:#fffbeb;"
         "color:#78350f;border-radius:8px;padding:10px 14px'>"
-        f"{html.escape(memory_estimate.refusal(est))}</div>"
+        f"{html.escape(est.refusal())}</div>"
     )

@@ -3,7 +3,7 @@
 the failed one, which becomes the selected run, or resumes the run when that is the fix.
 
     panel = triage_panel.build()          # inside the Monitor's layout
-    triage_panel.wire(panel, ctx.run, runs_dir, [header.change])
+    triage_panel.wire(panel, picker, ctx.run, runs_dir, [header.change])
 """
 
 from __future__ import annotations
@@ -80,10 +80,12 @@ def apply(run_dir: str | None, index: int, runs_dir: Path) -> tuple[Any, str]:
     ), f"<div class='df-hint'>{html.escape(what)}: {html.escape(fix.label)}.</div>"
 
 
-def wire(panel: Panel, run_state: gr.State, runs_dir: Path, triggers: list[Any]) -> None:
-    """Show the panel for the selected run whenever it or `triggers` (the Monitor's view of
-    the run's state) change; each button applies its fix and selects the fixed run."""
+def wire(
+    panel: Panel, picked: Any, selected: gr.State, runs_dir: Path, triggers: list[Any]
+) -> None:
+    """Show the panel for the `picked` run whenever it or `triggers` (the Monitor's view of the
+    run's state) change; a button applies its fix and makes the fixed run the `selected` one."""
     shown = partial(view, runs_dir=runs_dir)
-    gr.on([run_state.change, *triggers], shown, run_state, [panel.text, *panel.buttons])
+    gr.on([picked.change, *triggers], shown, picked, [panel.text, *panel.buttons])
     for i, button in enumerate(panel.buttons):
-        button.click(partial(apply, index=i, runs_dir=runs_dir), run_state, [run_state, panel.text])
+        button.click(partial(apply, index=i, runs_dir=runs_dir), picked, [selected, panel.text])

@@ -71,6 +71,9 @@ HEARTBEAT_S = 10.0
 WATCH_S = 0.2
 # Finished job folders of one kind kept per run (`prune`).
 KEEP_JOBS = 5
+# Asked before a device job is queued, with its folder and device; raises to refuse it. An app
+# that caps queued jobs per user sets it (ui.queue_panel, lab profile); None: no cap.
+admission: Callable[[Path, str], None] | None = None
 
 # Processes this Python process started and that have not been seen to end; a thread per child
 # reaps it as it ends (no zombies that would look alive), and tests can stop them.
@@ -133,6 +136,8 @@ class Job:
         `status_fields` go into the queued status (resume notes its checkpoint there).
         """
         argv = _argv_list(argv)
+        if device and admission is not None:
+            admission(self.dir, device)  # raises to refuse it (a per-user cap), before any write
         current = files.read_status(self.dir)
         if current.get("state") in files.ACTIVE_STATES and process_alive(current):
             raise RuntimeError(

@@ -152,6 +152,26 @@ def resolve_device(device: str = "auto", environ: Mapping[str, str] | None = Non
     return f"cuda:{index}"
 
 
+def devices(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The devices a run can be given here, each its own queue: "cpu", "mps" on Apple
+    silicon, and "cuda:0", "cuda:1", ... for each GPU this torch build can use (counted from
+    CUDA_VISIBLE_DEVICES when set, else from the NVIDIA driver's GPU list), without torch."""
+    environ = os.environ if environ is None else environ
+    found = ["cpu"]
+    if sys.platform == "darwin" and platform.machine() == "arm64":
+        found.append("mps")
+    build = _torch_build()
+    if not _gpus_present(build):
+        return found
+    visible = _visible(environ, "CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        gpus = Path("/proc/driver/nvidia/gpus")
+        listed = list(gpus.iterdir()) if gpus.is_dir() else []
+        nodes = [p for p in Path("/dev").glob("nvidia*") if p.name[6:].isdigit()]
+        visible = [str(i) for i in range(len(listed) or len(nodes) or 1)]
+    return found + [f"cuda:{i}" for i in range(len(visible))]
+
+
 def queue_key(config: dict[str, Any]) -> str:
     """The run's queue: the device it will train on (see `resolve_device`)."""
     return resolve_device((config.get("hardware") or {}).get("device") or "auto")
@@ -233,6 +253,14 @@ def register(
     }
     with _locked() as tickets:
         files.write_json(_ticket_path(tickets, pid), ticket)
+
+
+def tickets() -> list[dict[str, Any]]:
+    """This machine's live tickets ({run_dir, key, state, queued_ts, ...}), per device: the
+    running ones first, then the queued ones in their order (what the app's queue panel shows)."""
+    with _locked() as folder:
+        live = _live_tickets(folder)
+    return sorted(live, key=lambda t: (str(t.get("key")), t.get("state") != "running", _place(t)))
 
 
 def leave() -> None:

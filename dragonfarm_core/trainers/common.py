@@ -67,23 +67,29 @@ def resolve_placement(hardware: Hardware) -> Placement:
     name = hardware.device
     if name == "auto":
         name = "cuda" if cuda else "mps" if mps else "cpu"
-    if name == "cuda" and not cuda:
+    gpu = name.partition(":")[2]  # "cuda:1": that GPU of the visible ones
+    if name.startswith("cuda") and not cuda:
         raise SettingsError(
-            "Hardware.device is 'cuda' but torch sees no CUDA GPU (no driver, or "
+            f"Hardware.device is {name!r} but torch sees no CUDA GPU (no driver, or "
             "a CPU-only torch build); use device='auto' or fix the install."
+        )
+    if gpu and int(gpu) >= torch.cuda.device_count():
+        raise SettingsError(
+            f"Hardware.device is {name!r} but torch sees {torch.cuda.device_count()} GPU(s) "
+            "(cuda:0 is the first); pick one that exists, or device='auto'."
         )
     if name == "mps" and not mps:
         raise SettingsError(
             "Hardware.device is 'mps' but Apple MPS is not available here; use device='auto'."
         )
-    if hardware.load_in_4bit and name != "cuda":
+    if hardware.load_in_4bit and not name.startswith("cuda"):
         raise SettingsError(
             f"Hardware.load_in_4bit needs an NVIDIA GPU (bitsandbytes), but the "
             f"run trains on {name}; set load_in_4bit=False."
         )
     if hardware.dtype != "auto":
         return Placement(torch.device(name), getattr(torch, hardware.dtype))
-    if name == "cuda":
+    if name.startswith("cuda"):
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     elif name == "mps":
         dtype = torch.bfloat16

@@ -53,9 +53,8 @@ def test_profiles(monkeypatch):
     monkeypatch.setenv("DRAGONFARM_PROFILE", "spaces")
     assert get_profile().host == "0.0.0.0"
     assert get_profile("local").name == "local"  # the flag wins over the environment
-    with pytest.raises(ValueError, match="lab"):
-        get_profile("lab")
-    with pytest.raises(ValueError, match="local, spaces"):
+    assert get_profile("lab").login  # the lab profile is there, with login on
+    with pytest.raises(ValueError, match="local, lab, spaces"):
         get_profile("cloud")
 
 

@@ -135,6 +135,9 @@ def build(ctx: AppContext) -> None:
     version = gr.State(None)  # per page: the first tick reads the events
 
     listing = [records, summary, version]
+    ctx.on_load(partial(show, ctx.runs_dir), listing)  # with login: the user's own feedback
+    ctx.on_load(lambda: present.python_code(feedback_call(ctx.runs_dir) + "\nprint(fb.records)"),
+                [code])  # fmt: skip
     refresh.click(partial(show, ctx.runs_dir), None, listing)
     for kind, button in (("sft", make_sft), ("pairs", make_pairs)):
         button.click(

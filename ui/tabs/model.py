@@ -18,7 +18,8 @@ import gradio as gr
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.environment import format_check
-from ui import present
+from dragonfarm_core.profiles import Profile
+from ui import per_user, present
 from ui.context import AppContext
 
 TITLE = "Model"
@@ -39,9 +40,15 @@ def describe(model: dragon.ResolvedModel) -> str:
     return present.model_markdown(model.name, model.base, model.revision, model.is_bundled)
 
 
-def choose_model(name: str, revision: str, current: dragon.ResolvedModel) -> tuple[Any, ...]:
-    """Model name and revision -> (model state, description, code, error box)."""
+def choose_model(
+    name: str, revision: str, current: dragon.ResolvedModel, *, runs_dir: Path | None = None,
+    profile: Profile | None = None,
+) -> tuple[Any, ...]:  # fmt: skip
+    """Model name and revision -> (model state, description, code, error box). With a lab
+    `profile`, a folder in another user's runs is refused."""
     try:
+        if profile and runs_dir and (refusal := per_user.foreign_folder(profile, name, runs_dir)):
+            raise dragon.ModelError(refusal)
         chosen = dragon.resolve_model(name, revision=revision.strip() or None)
     except dragon.ModelError as e:
         message = f"{e} Keeping {current.name}."
@@ -97,5 +104,6 @@ def build(ctx: AppContext) -> None:
     )
 
     presets.select(pick_preset, None, name)
-    use.click(choose_model, [name, revision, ctx.model], [ctx.model, current, code, error])
+    use.click(partial(choose_model, runs_dir=ctx.runs_dir, profile=ctx.profile),
+              [name, revision, ctx.model], [ctx.model, current, code, error])  # fmt: skip
     check.click(partial(run_check, ctx.runs_dir), None, [facts, code])

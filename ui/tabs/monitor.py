@@ -25,7 +25,16 @@ import pandas as pd
 
 import dragonfarm_core as dragon
 from dragonfarm_core.rundir import files, refs
-from ui import charts, present, remote_panel, run_outcome, table_widths, watch
+from ui import (
+    charts,
+    present,
+    queue_panel,
+    remote_panel,
+    run_outcome,
+    table_widths,
+    triage_panel,
+    watch,
+)
 from ui.context import AppContext
 
 TITLE = "Monitor"
@@ -225,6 +234,7 @@ def build(ctx: AppContext) -> None:
     bar = gr.HTML(elem_id="monitor-progress")
     outcome = gr.HTML(elem_id="monitor-outcome")  # what a succeeded run changed
     error = gr.HTML(elem_id="monitor-error")
+    fixes = triage_panel.build()  # a failed run: what went wrong, a button per fix
     chart = gr.Plot(label="Training curves", elem_id="monitor-chart")
     log = gr.Textbox(
         label=f"Log (last {LOG_LINES} lines)",
@@ -267,5 +277,7 @@ def build(ctx: AppContext) -> None:
         partial(cancel, runs_dir=inside), picker, view
     )
     again.click(partial(resume, runs_dir=inside), picker, view)
+    triage_panel.wire(fixes, picker, ctx.run, inside, [header.change])
     log.change(None, None, None, js=SCROLL_LOG)
     remote_panel.wire_import(ctx, importing, picker, code)
+    queue_panel.build(ctx.profile)  # lab: every user's queued and training runs

@@ -21,7 +21,7 @@ import gradio as gr
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.rundir import files, refs, store
-from ui import present, remote_panel, watch
+from ui import per_user, present, remote_panel, watch
 from ui.context import AppContext
 
 TITLE = "Runs"
@@ -143,6 +143,10 @@ def unarchive(run_id: str | None, runs_dir: Path) -> tuple[Any, ...]:
     return _done(f"Unarchived {done}; it is back in the runs table.", code)
 
 
+def runs_code(runs_dir: Path) -> str:
+    return present.python_code(f"print(dragon.runs(runs_dir={literal(str(runs_dir))}))")
+
+
 def build(ctx: AppContext) -> None:
     table = gr.Dataframe(
         label="Runs (newest first): click a row to pick it",
@@ -184,14 +188,19 @@ def build(ctx: AppContext) -> None:
                 elem_id="runs-archived-id",
             )
             restorer = gr.Button("Unarchive", scale=1, elem_id="runs-unarchive")
+    # lab: an admin sees every user's runs here, read-only (filled when the page loads).
+    everyone = gr.Dataframe(label="Every user's runs (admin, read-only)", interactive=False,
+                            wrap=True, visible=False, elem_id="runs-all-users")  # fmt: skip
+    ctx.on_load(partial(per_user.all_users_runs, ctx.profile), [everyone])
     code = gr.Code(
-        present.python_code(f"print(dragon.runs(runs_dir={literal(str(ctx.runs_dir))}))"),
+        runs_code(ctx.runs_dir),
         language="python",
         label="Python",
         interactive=False,
         show_line_numbers=False,
         elem_id="runs-code",
     )
+    ctx.on_load(lambda: runs_code(ctx.runs_dir), [code])  # lab: the user's own folder
     seen = gr.State(None)
     timer = gr.Timer(REFRESH_S)
 

@@ -34,9 +34,9 @@ from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs, ReinforceArgs
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.profiles import Profile, get_profile
 from dragonfarm_core.rewards import Reward, reward_names
-from dragonfarm_core.rundir import refs
+from dragonfarm_core.rundir import queue, refs
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
-from ui import active_data, present, remote_panel, train_defaults, watch
+from ui import active_data, memory_line, present, queue_panel, remote_panel, train_defaults, watch
 from ui.context import AppContext
 from ui.rewards_builder import build_rewards
 from ui.settings_form import read_group, read_groups, settings_widgets, shown_fields
@@ -211,6 +211,17 @@ def preview_code(
     return present.portable_code(spec_code(spec, runs_dir)), ""
 
 
+def memory(*values: Any, runs_dir: Path) -> str:
+    """Start's input values -> the memory line above Start (empty while no spec can be built;
+    the code panel says why)."""
+    mapped, model, method, parent, name, beta, rewards, *settings = values
+    try:
+        spec = read_spec(mapped, model, method, parent, name, beta, rewards, settings, runs_dir)
+        return memory_line.memory_html(spec, model, parent_run(parent, runs_dir))
+    except (SettingsError, ValueError, TypeError, KeyError, OSError):
+        return ""
+
+
 def start(
     mapped: dragon.Dataset | None, model: ResolvedModel, method: str, parent: str | None,
     name: str | None, beta: float | None, rewards: list[Reward] | None, *values: Any,
@@ -219,6 +230,9 @@ def start(
     """Start -> (selected run, what started, code, error box). Returns once the run is queued."""
     try:
         check_rewards_allowed(rewards, profile)
+        # The cap is checked again as the job is queued; asking first leaves no run folder.
+        if profile and (over := queue_panel.cap_refusal(profile, runs_dir)):
+            raise RuntimeError(over)
         spec = read_spec(mapped, model, method, parent, name, beta, rewards, values, runs_dir)
         run = dragon.start(spec, runs_dir=runs_dir)
     except START_ERRORS as e:
@@ -263,6 +277,14 @@ def describe_model(model: ResolvedModel) -> str:
     return f"**Model:** `{model.name}` (change it in the Model tab)"
 
 
+def offer_devices(widgets: Sequence[Any]) -> None:
+    """The Device picker lists the devices this machine has (cpu, cuda:0, cuda:1...: each
+    its own queue), after auto and the plain names."""
+    picker = next(w for w in widgets if w.elem_id == "train-hardware-device")
+    names = [value for _, value in picker.choices]
+    picker.choices = [(n, n) for n in [*names, *(d for d in queue.devices() if d not in names)]]
+
+
 def build(ctx: AppContext) -> None:
     active_data.build_active(ctx, "train-active")  # which data Start trains
     with gr.Row():
@@ -294,6 +316,8 @@ def build(ctx: AppContext) -> None:
         lora_widgets = settings_widgets(Lora, fits.lora)
     with gr.Accordion("Hardware", open=False):
         hardware_widgets = settings_widgets(Hardware)
+        offer_devices(hardware_widgets)
+    memory_box = gr.HTML(elem_id="train-memory")  # the preflight estimate, as settings change
     with gr.Row():
         go = gr.Button("Start training", variant="primary", elem_id="train-start", scale=2)
         elsewhere = remote_panel.elsewhere_controls()  # bundles instead, for a cloud GPU
@@ -331,6 +355,14 @@ def build(ctx: AppContext) -> None:
         partial(preview_code, runs_dir=ctx.runs_dir),
         inputs,
         [code, error],
+        trigger_mode="always_last",
+        show_progress="hidden",
+    )
+    gr.on(
+        [w.change for w in inputs],  # type: ignore[attr-defined]  # every input has .change
+        partial(memory, runs_dir=ctx.runs_dir),
+        inputs,
+        memory_box,
         trigger_mode="always_last",
         show_progress="hidden",
     )
