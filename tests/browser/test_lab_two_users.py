@@ -59,12 +59,13 @@ def start_run(page: Page, steps: str) -> str:
     return page.locator("#train-started code").inner_text()
 
 
-def options(page: Page, tab: str, elem_id: str) -> str:
-    """The texts a picker offers, as a person opening it sees them."""
+def options(page: Page, tab: str, elem_id: str, wanted: str) -> str:
+    """The texts a picker offers once it lists `wanted`, as a person opening it sees them (its
+    focus refreshes the choices, which arrive a moment after the list opens)."""
     page.get_by_role("tab", name=tab).click()
-    page.locator(f"#{elem_id} input").first.click()  # its focus refreshes the choices
+    page.locator(f"#{elem_id} input").first.click()
     listed = page.locator("[role=option]")
-    expect(listed.first).to_be_attached(timeout=WAIT_MS)
+    expect(listed.filter(has_text=wanted).first).to_be_attached(timeout=WAIT_MS)
     texts = " | ".join(listed.all_inner_texts())
     page.keyboard.press("Escape")
     return texts
@@ -97,7 +98,7 @@ def test_two_users_see_their_own_runs_and_the_shared_queue(browser, lab_server):
         assert other not in page.locator("#runs-table").inner_text()
         for tab, picker in (("Monitor", "monitor-run"), ("Chat", "chat-run"),
                             ("Compare", "compare-runs")):  # fmt: skip
-            offered = options(page, tab, picker)
+            offered = options(page, tab, picker, runs[name])
             assert runs[name] in offered and other not in offered, (name, tab, offered)
         assert (root / USERS_DIR / name / runs[name] / "config.json").is_file()
 
