@@ -3,21 +3,11 @@ kind in words, one button per fix, and a button that starts the fixed run and se
 
 from __future__ import annotations
 
-import pytest
+from test_triage import failed_run as failed
 
 import dragonfarm_core as dragon
 from dragonfarm_core.rundir import files
 from ui import triage_panel
-
-
-def failed(runs_root, sft_data, model_dir, monkeypatch):
-    monkeypatch.setenv("FAKE_TRAINER_FAIL_AT", "3")
-    run = dragon.train(sft_data, str(model_dir), runs_dir=runs_root,
-                       args=dragon.TrainArgs(batch_size=4, grad_accum=1), wait=False)  # fmt: skip
-    with pytest.raises(dragon.RunFailedError):
-        run.wait(timeout=30)
-    monkeypatch.delenv("FAKE_TRAINER_FAIL_AT")
-    return run
 
 
 def test_a_succeeded_run_or_none_shows_no_panel(runs_root, sft_data, model_dir):
@@ -30,7 +20,7 @@ def test_a_succeeded_run_or_none_shows_no_panel(runs_root, sft_data, model_dir):
 def test_an_out_of_memory_run_offers_its_fixes_and_a_button_starts_one(
     runs_root, sft_data, model_dir, monkeypatch
 ):
-    run = failed(runs_root, sft_data, model_dir, monkeypatch)
+    run = failed(runs_root, sft_data, model_dir, monkeypatch, batch_size=4, grad_accum=1)
     files.update_status(run.dir, reason="out_of_memory", error="CUDA out of memory.")
     text, *buttons = triage_panel.view(str(run.dir), runs_root)
     assert "data-kind='out_of_memory'" in text and "ran out of memory" in text
@@ -46,7 +36,7 @@ def test_an_out_of_memory_run_offers_its_fixes_and_a_button_starts_one(
 def test_a_run_outside_the_runs_dir_shows_nothing_and_starts_nothing(
     runs_root, sft_data, model_dir, monkeypatch, tmp_path
 ):
-    run = failed(runs_root, sft_data, model_dir, monkeypatch)
+    run = failed(runs_root, sft_data, model_dir, monkeypatch, batch_size=4, grad_accum=1)
     other = tmp_path / "elsewhere"
     other.mkdir()
     text, *_ = triage_panel.view(str(run.dir), other)

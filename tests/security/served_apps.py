@@ -57,6 +57,19 @@ def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         app.close()
 
 
+def wait_answering(url: str, proc: subprocess.Popen, log: Path) -> None:
+    """Until the app at `url` answers 200; fails with its log's tail if it exits or is slow."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.3)
+
+
 def second_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """`python app.py --allowed-hosts flag.example` in a subprocess, as a person starts it.
 
@@ -72,15 +85,7 @@ def second_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            try:
-                if httpx.get(url, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
+        wait_answering(url, proc, log)
         yield Served(url, port, runs)
     finally:
         proc.terminate()

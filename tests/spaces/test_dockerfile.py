@@ -94,7 +94,9 @@ def test_the_build_context_holds_the_model_and_example_data_and_no_runs():
     def ignored(path: str) -> bool:
         parts = Path(path).parts
         prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-        return any(fnmatch.fnmatch(p, pat.removeprefix("**/")) for p in prefixes for pat in patterns)
+        return any(
+            fnmatch.fnmatch(p, pat.removeprefix("**/")) for p in prefixes for pat in patterns
+        )
 
     needed = ["app.py", "pyproject.toml", "requirements.txt", "scripts/build_llama_cpp.py",
               "assets/example_tickets.csv", "assets/models/tiny-support/model.safetensors",

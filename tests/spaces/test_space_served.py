@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,9 +20,11 @@ from gradio_client import Client
 
 from dragonfarm_core.rundir import files, launch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
+from served_apps import wait_answering  # noqa: E402  (the security tests' app starter)
+
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
-START_TIMEOUT_S = 90
 CANARY = "hf_canarySpaceSecret0123456789"
 SPACE_HOST = "someone-dragonfarm.hf.space"
 
@@ -63,15 +64,7 @@ def _space(data: Path, log: Path) -> Iterator[str]:
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            try:
-                if httpx.get(url, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
+        wait_answering(url, proc, log)
         yield url
     finally:
         proc.terminate()
@@ -97,10 +90,22 @@ def _listed_run_ids(url: str) -> list[str]:
 
 def _train_a_run(runs: Path, data: Path) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "dragonfarm_core.cli", "train",
-         str(ROOT / "assets" / "example_tickets.csv"), "--model", "dragonfarm/tiny-support",
-         "--runs-dir", str(runs), "--prompt", "{subject}\\n\\n{body}", "--response", "reply",
-         "--wait"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "dragonfarm_core.cli",
+            "train",
+            str(ROOT / "assets" / "example_tickets.csv"),
+            "--model",
+            "dragonfarm/tiny-support",
+            "--runs-dir",
+            str(runs),
+            "--prompt",
+            "{subject}\\n\\n{body}",
+            "--response",
+            "reply",
+            "--wait",
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         env=_space_env(data),
