@@ -114,7 +114,11 @@ def test_every_tab_shows_its_columns_at_1400px(page: Page, app_server, finished_
         if tab.TITLE == "Monitor":  # the newest run is shown; its caption names the columns
             expect(page.locator("#monitor-header")).to_contain_text(finished_run.id)
             headers = page.eval_on_selector_all("#monitor-samples thead th", HEADER_TEXTS)
-            caption = page.locator("#monitor-samples").inner_text().split("\n", 1)[0]
+            # The caption line, not the first line: while an update is pending Gradio puts its
+            # timer ("0.2s") above the label.
+            expect(page.locator("#monitor-samples")).to_contain_text("Held-out samples")
+            lines = page.locator("#monitor-samples").inner_text().split("\n")
+            caption = next(line for line in lines if line.startswith("Held-out samples"))
             assert [h for h in headers if h not in caption] == [], (headers, caption)
         page.wait_for_timeout(500)  # let charts and tables settle before the picture
         shoot(page, f"{tab.TITLE.lower()}_1400")
