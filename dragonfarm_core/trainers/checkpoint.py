@@ -36,7 +36,7 @@ RNG = "rng.pt"
 SAME_RUN_KEYS = ("model", "lora", "args")
 
 
-def _fsync_tree(root: Path) -> None:
+def fsync_tree(root: Path) -> None:
     for path in root.rglob("*"):
         if path.is_file():
             with open(path, "rb") as f:
@@ -82,7 +82,7 @@ def save_checkpoint(
     torch.save(rng_states(), tmp / RNG)
     settings = {k: config.get(k) for k in SAME_RUN_KEYS}
     files.write_json(tmp / STATE, {"state": dataclasses.asdict(state), "settings": settings})
-    _fsync_tree(tmp)
+    fsync_tree(tmp)
     files.mark_checkpoint_complete(tmp)
     os.replace(tmp, final)
     for old in files.checkpoints(run_dir)[:-KEEP]:
@@ -153,7 +153,7 @@ def save_adapter(run_dir: str | os.PathLike[str], model: Any) -> Path:
     for stale in (tmp, old):
         shutil.rmtree(stale, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
-    _fsync_tree(tmp)
+    fsync_tree(tmp)
     if final.exists():
         os.replace(final, old)
     os.replace(tmp, final)

@@ -151,7 +151,7 @@ def train_preference(run_dir: str | os.PathLike[str], score_fn: Callable[..., Pa
         cancelled = train_loop(
             run_dir, report, config, model, train, held_out, pad_id, plan, opt, state, score
         )
-        metrics = lifecycle.stop(run_dir, report, training, cancelled)
+        metrics = lifecycle.stop(run_dir, report, training.model, training.state, cancelled)
         if metrics is None:
             return "cancelled"
 

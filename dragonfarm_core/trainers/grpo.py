@@ -219,7 +219,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         )
 
         cancelled = train_loop(run_dir, report, config, model, task, opt, state, plan)
-        metrics = lifecycle.stop(run_dir, report, training, cancelled)
+        metrics = lifecycle.stop(run_dir, report, training.model, training.state, cancelled)
         if metrics is None:
             return "cancelled"
         held_out = Task(eval_rows, eval_ids, rewards, settings, tokenizer, stop, RewardErrors())

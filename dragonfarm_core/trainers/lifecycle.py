@@ -2,7 +2,7 @@
 
     training = lifecycle.start(run_dir, report, config, placement, n_rows, truncated_rows)
     cancelled = train_loop(...)  # ends each step with lifecycle.end_step(...)
-    metrics = lifecycle.stop(run_dir, report, training, cancelled)
+    metrics = lifecycle.stop(run_dir, report, training.model, training.state, cancelled)
     if metrics is None:        # cancelled: adapter and checkpoint saved, status written
         return "cancelled"
 
@@ -84,17 +84,17 @@ def end_step(
 
 
 def stop(
-    run_dir: Path, report: RunReporter, training: Training, cancelled: bool
+    run_dir: Path, report: RunReporter, model: Any, state: TrainState, cancelled: bool
 ) -> dict[str, Any] | None:
     """Save the adapter; the training metrics, or None once a cancelled run is recorded."""
-    checkpoint.save_adapter(run_dir, training.model)
-    metrics = training.state.metrics(training.state.elapsed_s)
+    checkpoint.save_adapter(run_dir, model)
+    metrics = state.metrics(state.elapsed_s)
     if not cancelled:
         # The held-out loss and the samples still take a while (generation is slow): say so,
         # rather than sit at "step N / N (100%)" until they are written.
         report.update(phase=FINISHING)
         print("Training done; measuring the held-out loss and writing samples.", flush=True)
         return metrics
-    print(f"Cancelled after step {training.state.step}; checkpoint and adapter saved.", flush=True)
+    print(f"Cancelled after step {state.step}; checkpoint and adapter saved.", flush=True)
     report.finish("cancelled", metrics=metrics)
     return None

@@ -1,109 +1,62 @@
-"""LoRA supervised fine-tuning: what a run with method "sft" executes.
+"""LoRA supervised fine-tuning on TRL's SFTTrainer: what a run with method "sft" executes.
 
     python -m dragonfarm_core.trainers.sft RUN_DIR
 
 That command skips the queue (tests, debugging); the launcher runs
 `python -m dragonfarm_core.trainers RUN_DIR`, which waits its turn and then calls `main`.
-Reads top to bottom: config, data, model, step plan, resume, the loop, adapter, final eval
-and samples. Everything it writes goes into the run directory (docs/ARCHITECTURE.md).
+Reads top to bottom: config, data, model with its adapter, the TRL config and trainer, train
+(resuming from a complete checkpoint), adapter, final eval and samples. Everything it writes
+goes into the run directory (docs/ARCHITECTURE.md); trl_run.RunCallback keeps that contract
+inside TRL's loop.
+
+The rows are tokenized here (sft_data: the chat template, the loss on the last assistant turn
+only, truncation counted) and given to SFTTrainer as `input_ids` and `labels`, so it skips its
+own preparation. SFTTrainer applies the LM head only where a label is learned (its fused head),
+and batches rows of similar length (train_sampling_strategy="group_by_length").
 """
 
 from __future__ import annotations
 
-import functools
-import math
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.trainers import evaluation, lifecycle, modeling, sft_data
-from dragonfarm_core.trainers.batching import StepPlan, collate, grouped_batches
-from dragonfarm_core.trainers.common import (
-    RunReporter,
-    Stopwatch,
-    TrainState,
-    reported_run,
-    resolve_placement,
-)
-from dragonfarm_core.trainers.config import TrainConfig, load_config
-from dragonfarm_core.trainers.optim import Optimization
-from dragonfarm_core.trainers.sft_data import IGNORE, Encoded, SftData
+from dragonfarm_core.trainers import evaluation, lifecycle, modeling, sft_data, trl_run
+from dragonfarm_core.trainers.batching import plan_steps
+from dragonfarm_core.trainers.common import reported_run, resolve_placement
+from dragonfarm_core.trainers.config import load_config
+from dragonfarm_core.trainers.sft_data import Encoded
 
 
-def train_step(
-    model: Any, data: Encoded, batches: list[list[int]], pad_id: int, opt: Optimization
-) -> tuple[float, float, int, int]:
-    """One optimizer step: (mean loss per learned token, grad norm, real tokens, token slots).
+def learned_positions_loss(trainer_class: type) -> type:
+    """`trainer_class` (SFTTrainer) with its loss from the LM head applied only where a label
+    is learned (modeling.label_loss). SFTTrainer's fused head does that only on Triton devices;
+    on a CPU it projects every position, prompt and padding included, and recomputes the
+    logits in its backward: bench/train_throughput.py measured this override 1.3x faster on
+    the bundled model (2,644 -> 3,504 real tokens/s; the hand-written loop before it: 3,452)."""
 
-    Each micro-batch's summed loss is divided by the step's total count of learned tokens,
-    so accumulation gives exactly the token-level mean of one big batch.
-    """
-    device = next(model.parameters()).device
-    parts = [collate(data, rows, pad_id) for rows in batches]
-    n_labels = max(1, sum(int((b["labels"][:, 1:] != IGNORE).sum()) for b in parts))
-    total = 0.0
-    for batch in parts:
-        loss, _ = modeling.label_loss(model, {k: v.to(device) for k, v in batch.items()})
-        opt.backward(loss / n_labels)
-        total += float(loss.detach())
-    grad_norm = opt.step()
-    masks = [b["attention_mask"] for b in parts]
-    tokens, slots = sum(int(m.sum()) for m in masks), sum(m.numel() for m in masks)
-    return total / n_labels, grad_norm, tokens, slots
+    class LearnedPositions(trainer_class):
+        def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
+                         num_items_in_batch: Any = None) -> Any:  # fmt: skip
+            if return_outputs or not model.training:
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            loss, learned = modeling.label_loss(model, inputs)
+            loss = loss / (learned if num_items_in_batch is None else num_items_in_batch)
+            if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+                loss = loss * self.accelerator.num_processes  # as SFTTrainer: DDP averages
+            return loss
+
+    return LearnedPositions
 
 
-def train_loop(
-    run_dir: Path,
-    report: RunReporter,
-    config: TrainConfig,
-    model: Any,
-    data: SftData,
-    plan: StepPlan,
-    opt: Optimization,
-    state: TrainState,
-) -> bool:
-    """Run the optimizer steps left in `plan`; returns True when stopped by a cancel."""
-    args = config.args
+def as_dataset(data: Encoded) -> Any:
+    """The encoded rows as SFTTrainer takes them (a datasets.Dataset): ids, and labels with
+    the context masked."""
+    from datasets import Dataset
 
-    @functools.lru_cache(maxsize=1)
-    def epoch_batches(epoch: int) -> list[list[int]]:
-        return grouped_batches(data.train.lengths, args.batch_size, args.seed, epoch)
-
-    eval_every = config.extra.eval_steps or max(1, math.ceil(plan.total_steps / 4))
-    clock = Stopwatch(state.elapsed_s, state.step)
-    if state.step == 0 and len(data.held_out):  # where the curve starts: the untrained adapter
-        eval_loss, _ = evaluation.eval_loss(model, data.held_out, args.batch_size, data.pad_id)
-        report.progress(step=0, epoch=0.0, eval_loss=eval_loss, elapsed_s=0.0)
-    while state.step < plan.total_steps:
-        state.step += 1
-        step, (epoch, part), lr = state.step, plan.locate(state.step), opt.lr
-        loss, grad_norm, tokens, slots = train_step(
-            model, data.train, epoch_batches(epoch)[part], data.pad_id, opt
-        )
-        state.record(loss, tokens, slots)
-        state.elapsed_s = clock.elapsed()
-        if step % args.logging_steps == 0 or step in (1, plan.total_steps):
-            report.progress(
-                step=step,
-                epoch=plan.epoch_at(step),
-                loss=state.take_log_loss(),
-                lr=lr,
-                grad_norm=grad_norm,
-                elapsed_s=round(state.elapsed_s, 2),
-                eta_s=clock.eta(step, plan.total_steps),
-            )
-        if step % eval_every == 0 and step < plan.total_steps and len(data.held_out):
-            eval_loss, _ = evaluation.eval_loss(model, data.held_out, args.batch_size, data.pad_id)
-            report.progress(
-                step=step,
-                epoch=plan.epoch_at(step),
-                eval_loss=eval_loss,
-                elapsed_s=round(clock.elapsed(), 2),
-            )
-        if lifecycle.end_step(run_dir, report, config, model, opt, state, plan):
-            return True
-    return False
+    labels = [data.labels(i) for i in range(len(data))]
+    return Dataset.from_dict({"input_ids": data.input_ids, "labels": labels})
 
 
 def main(run_dir: str | os.PathLike[str]) -> str:
@@ -120,18 +73,58 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         tokenizer = modeling.load_tokenizer(config.model)
         data = sft_data.load(run_dir, tokenizer, args.max_seq_len)
 
-        truncated = data.train.truncated_rows + data.held_out.truncated_rows
-        training = lifecycle.start(run_dir, report, config, placement, len(data.train), truncated)
-        model, plan, opt, state = training.model, training.plan, training.opt, training.state
+        from transformers import PrinterCallback
+        from trl import SFTConfig, SFTTrainer
+
+        quantized = config.hardware.load_in_4bit
+        model = modeling.load_model(config.model, placement, quantized)
+        model = modeling.add_lora(
+            model, config.lora, args.seed, args.gradient_checkpointing, quantized
+        )
+        trainable, total = modeling.count_params(model)
+        plan = plan_steps(
+            len(data.train), args.batch_size, args.grad_accum, args.epochs, args.max_steps
+        )
+        report.update(
+            device=str(placement.device),
+            dtype=placement.dtype_name,
+            params_trainable=trainable,
+            params_total=total,
+            total_steps=plan.total_steps,
+            truncated_rows=data.train.truncated_rows + data.held_out.truncated_rows,
+        )
+
+        def held_out_loss(model: Any) -> float | None:
+            return evaluation.eval_loss(model, data.held_out, args.batch_size, data.pad_id)[0]
+
+        callback = trl_run.RunCallback(
+            run_dir, report, config, held_out_loss if len(data.held_out) else None
+        )
+        sft_args = trl_run.arguments(
+            SFTConfig, config, placement, run_dir,
+            max_length=args.max_seq_len,
+            dataset_kwargs={"skip_prepare_dataset": True},  # sft_data tokenized and truncated
+        )  # fmt: skip
+        trainer = trl_run.counted(learned_positions_loss(SFTTrainer))(
+            model=model,
+            args=sft_args,
+            train_dataset=as_dataset(data.train),
+            processing_class=tokenizer,
+            callbacks=[callback],
+        )
+        trainer.remove_callback(
+            PrinterCallback
+        )  # progress.jsonl has the rows; the log stays readable
         print(
             f"Training {config.model.name} on {placement.device} ({placement.dtype_name}): "
             f"{len(data.train)} rows, {plan.total_steps} steps, "
-            f"{training.trainable:,} of {training.total:,} parameters trainable.",
+            f"{trainable:,} of {total:,} parameters trainable.",
             flush=True,
         )
 
-        cancelled = train_loop(run_dir, report, config, model, data, plan, opt, state)
-        metrics = lifecycle.stop(run_dir, report, training, cancelled)
+        cancelled = trl_run.train(trainer, run_dir, callback)
+        state = callback.state
+        metrics = lifecycle.stop(run_dir, report, model, state, cancelled)
         if metrics is None:
             return "cancelled"
 

@@ -1,0 +1,209 @@
+"""What a trainer built on TRL shares: its TrainingArguments from the run spec, and the one
+TrainerCallback through which a TRL trainer keeps the run directory's contract.
+
+    callback = trl_run.RunCallback(run_dir, report, config, evaluate)
+    trainer = Counted[SFTTrainer](model, args=trl_run.arguments(SFTConfig, ...), callbacks=[callback])
+    cancelled = trl_run.train(trainer, run_dir, config, callback)
+
+The callback writes the progress rows (the mean loss since the last row, learning rate,
+gradient norm, elapsed time and ETA; the held-out loss at the start and four times a run), the
+step into status.json, and turns a cancel request (the cancel file, or SIGTERM) into a
+checkpoint and a stop. Trainer writes each checkpoint; the callback adds the run's own state
+(elapsed time and token counters, the settings it was trained with) and then the COMPLETE
+marker, last, and prunes to the last two itself (marker first), so a kill at any moment leaves
+no checkpoint that looks complete with a file missing (checkpoint.latest_checkpoint removes the
+rest). A NaN or infinite step loss stops the run with NonFiniteLoss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from dragonfarm_core.rundir import files
+from dragonfarm_core.settings import SettingsError
+from dragonfarm_core.trainers import checkpoint
+from dragonfarm_core.trainers.batching import PAD_MULTIPLE
+from dragonfarm_core.trainers.common import Placement, RunReporter, Stopwatch, TrainState
+from dragonfarm_core.trainers.config import TrainConfig
+
+RUN_STATE = "dragonfarm_state.json"  # in each checkpoint: TrainState and the run's settings
+
+
+def arguments(
+    config_class: type, config: TrainConfig, placement: Placement, run_dir: Path, **method: Any
+) -> Any:
+    """The TRL config (SFTConfig, DPOConfig, ...) for this run: every TrainArgs and extra
+    setting under its transformers name, plus the method's own options in `method`."""
+    args, extra = config.args, config.extra
+    return config_class(
+        output_dir=str(run_dir / files.CHECKPOINTS_DIR),
+        num_train_epochs=args.epochs,
+        max_steps=args.max_steps or -1,
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=args.batch_size,
+        gradient_accumulation_steps=args.grad_accum,
+        learning_rate=args.learning_rate,
+        weight_decay=args.weight_decay,
+        warmup_steps=args.warmup_ratio,  # a float below 1 is a share of the steps
+        lr_scheduler_type=extra.lr_scheduler_type,
+        adam_beta1=extra.adam_beta1,
+        adam_beta2=extra.adam_beta2,
+        adam_epsilon=extra.adam_epsilon,
+        max_grad_norm=extra.max_grad_norm,
+        optim="adamw_torch",
+        seed=args.seed,
+        data_seed=args.seed,
+        activation_checkpointing=args.gradient_checkpointing,
+        activation_checkpointing_kwargs={"use_reentrant": False},
+        bf16=placement.dtype_name == "bfloat16",
+        fp16=placement.dtype_name == "float16",
+        use_cpu=placement.device.type == "cpu",
+        # Rows of similar length share a batch: almost no padding, still a random order.
+        train_sampling_strategy="group_by_length",
+        # oneDNN caches a kernel per matmul shape: with exact widths bf16 training on a CPU
+        # grew ~12 MB per new length (batching.PAD_MULTIPLE).
+        pad_to_multiple_of=PAD_MULTIPLE,
+        logging_steps=args.logging_steps,
+        logging_first_step=True,
+        save_strategy="steps",
+        save_steps=args.save_steps,
+        save_total_limit=None,  # RunCallback prunes, marker first
+        eval_strategy="no",  # the held-out loss is the callback's (token-level, as eval.json)
+        report_to="none",
+        disable_tqdm=True,  # train.log is what the Monitor shows
+        dataloader_pin_memory=placement.device.type == "cuda",
+        remove_unused_columns=False,
+        **method,
+    )
+
+
+class RunCallback(TrainerCallback):
+    """The run directory's side of a TRL training loop (the module docstring says what)."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        report: RunReporter,
+        config: TrainConfig,
+        evaluate: Callable[[Any], float | None] | None = None,
+    ) -> None:
+        self.run_dir, self.report, self.config = run_dir, report, config
+        self.evaluate = evaluate  # model -> held-out loss; None: no held-out rows
+        self.state = TrainState()
+        self.cancelled = False
+        self._step_loss = 0.0
+        self._clock = Stopwatch(0.0, 0)
+        self._eval_every = 1
+
+    # -- what the trainer reports between callbacks -------------------------------------------
+
+    def add_micro_batch(self, loss: float, tokens: int, slots: int) -> None:
+        """One forward/backward: its share of the step loss, real tokens and token slots."""
+        self._step_loss += loss
+        self.state.tokens += tokens
+        self.state.slots += slots
+
+    def resume_from(self, path: Path) -> None:
+        """Continue the counters saved with the checkpoint at `path` (refused when the
+        checkpoint was trained with other settings)."""
+        saved = files.read_json(path / RUN_STATE)
+        raw = self.config.raw
+        changed = [k for k in checkpoint.SAME_RUN_KEYS if saved["settings"].get(k) != raw.get(k)]
+        if changed:
+            raise SettingsError(
+                f"{path} was trained with different {', '.join(changed)} settings than "
+                "config.json; resume needs the same configuration. Start a new run, or delete "
+                "the checkpoints to restart this one."
+            )
+        self.state = TrainState(**saved["state"])
+
+    # -- TrainerCallback ----------------------------------------------------------------------
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any):
+        self._clock = Stopwatch(self.state.elapsed_s, self.state.step)
+        self._eval_every = self.config.extra.eval_steps or max(1, math.ceil(state.max_steps / 4))
+        self.report.update(total_steps=state.max_steps, step=state.global_step,
+                           epoch=round(state.epoch or 0.0, 4))  # fmt: skip
+        if state.global_step == 0 and self.evaluate is not None:  # the untrained adapter
+            self.report.progress(step=0, epoch=0.0, eval_loss=self.evaluate(model), elapsed_s=0.0)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any):
+        loss, self._step_loss = self._step_loss, 0.0
+        self.state.step = state.global_step
+        self.state.record(loss, 0, 0)  # NonFiniteLoss on NaN/inf; tokens counted per batch
+        self.state.elapsed_s = self._clock.elapsed()
+        if state.global_step == state.max_steps:
+            control.should_log = True  # the curve always ends at the last step
+            # Trainer also saves at the end; the adapter is saved then anyway, and a finished
+            # run is not resumed, so only the save_steps checkpoints are kept, as before.
+            control.should_save = state.global_step % args.save_steps == 0
+        if self.report.cancel_requested():
+            self.cancelled = True
+            control.should_save = control.should_training_stop = True
+        step = state.global_step
+        self.report.update(step=step, epoch=round(state.epoch, 4))
+        if step % self._eval_every == 0 and step < state.max_steps and self.evaluate:
+            self.report.progress(step=step, epoch=round(state.epoch, 4),
+                                 eval_loss=self.evaluate(model),
+                                 elapsed_s=round(self._clock.elapsed(), 2))  # fmt: skip
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any):
+        if "loss" not in (logs or {}):  # the summary Trainer logs at the end, or an eval
+            return
+        step = state.global_step
+        self.report.progress(
+            step=step,
+            epoch=round(state.epoch, 4),
+            loss=self.state.take_log_loss(),
+            lr=logs.get("learning_rate"),
+            grad_norm=logs.get("grad_norm"),
+            elapsed_s=round(self.state.elapsed_s, 2),
+            eta_s=self._clock.eta(step, state.max_steps),
+        )
+
+    def on_save(self, args: Any, state: Any, control: Any, **kw: Any):
+        path = files.checkpoint_dir(self.run_dir, state.global_step)
+        settings = {k: self.config.raw.get(k) for k in checkpoint.SAME_RUN_KEYS}
+        files.write_json(path / RUN_STATE,
+                         {"state": dataclasses.asdict(self.state), "settings": settings})  # fmt: skip
+        checkpoint.fsync_tree(path)
+        files.mark_checkpoint_complete(path)
+        for old in files.checkpoints(self.run_dir)[: -checkpoint.KEEP]:
+            files.remove_checkpoint(old)
+
+
+def counted(trainer_class: type) -> type:
+    """`trainer_class` whose every micro-batch tells the RunCallback its loss and tokens."""
+
+    class Counted(trainer_class):
+        def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None):
+            mask = inputs.get("attention_mask")
+            tokens, slots = (int(mask.sum()), mask.numel()) if mask is not None else (0, 0)
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            for callback in self.callback_handler.callbacks:
+                if isinstance(callback, RunCallback):
+                    callback.add_micro_batch(float(loss), tokens, slots)
+            return loss
+
+    Counted.__name__ = Counted.__qualname__ = f"Counted{trainer_class.__name__}"
+    return Counted
+
+
+def train(trainer: Any, run_dir: Path, callback: RunCallback) -> bool:
+    """Train from the newest complete checkpoint (or from the start); True when cancelled.
+    The progress rows logged after that checkpoint are dropped, so the curve goes on without
+    a gap or a repeat."""
+    latest = checkpoint.latest_checkpoint(run_dir)
+    if latest is not None:
+        callback.resume_from(latest)
+        kept = [r for r in files.read_progress(run_dir) if r.get("step", 0) <= callback.state.step]
+        files.write_progress(run_dir, kept)
+        print(f"Resuming from {latest.name} (step {callback.state.step}).", flush=True)
+    trainer.train(resume_from_checkpoint=str(latest) if latest else None)
+    return callback.cancelled
