@@ -37,7 +37,7 @@ class Setup:
 
     mode: str  # "run", "base" or "both"
     target: str  # a run directory, or a model name when no run is picked
-    backend: str  # "local", "server" or "ollama"
+    backend: str  # "local", "server", "ollama" or "llamacpp"
     url: str
     model: str  # the server's or Ollama's model
     system: str | None
@@ -87,6 +87,11 @@ def read_setup(
     """The widgets' values as a Setup; what dragon.chat checks is left to it."""
     if not run and mode != "run":
         raise ValueError("Pick a run to talk to its base model or to compare the two.")
+    if backend == "llamacpp" and mode != "run":
+        raise ValueError(
+            "llama.cpp serves one GGUF, the run's own (or the Model tab's model's): choose "
+            "'The run', or the local worker to talk to its base model or compare the two."
+        )
     served_model = {"server": served, "ollama": ollama_model}.get(backend, "")
     return Setup(
         mode=mode,
@@ -103,11 +108,20 @@ def read_setup(
     )
 
 
+# One llama-server per GGUF served, kept up for the app's life like the local worker: a new
+# conversation with the same run reuses it (backend_llamacpp stops them all at exit).
+_LLAMACPP: dict[str, dragon.Backend] = {}
+
+
 def make_backend(setup: Setup) -> dragon.Backend:
     if setup.backend == "server":
         return dragon.backend_server(setup.url, setup.model, api_key=setup.api_key)
     if setup.backend == "ollama":
         return dragon.backend_ollama(setup.model, url=setup.url or OLLAMA_URL)
+    if setup.backend == "llamacpp":
+        if setup.target not in _LLAMACPP:  # the run's GGUF is exported on its first reply
+            _LLAMACPP[setup.target] = dragon.backend_llamacpp(setup.target)
+        return _LLAMACPP[setup.target]
     return dragon.backend_local()
 
 
@@ -190,6 +204,8 @@ def setup_code(setup: Setup, runs_dir: Path) -> list[str]:
     elif setup.backend == "ollama":
         url = f", url={literal(setup.url)}" if setup.url and setup.url != OLLAMA_URL else ""
         lines.append(f"backend = dragon.backend_ollama({literal(setup.model)}{url})")
+    elif setup.backend == "llamacpp":
+        lines.append(f"backend = dragon.backend_llamacpp({literal(setup.target)})")
     args += [f"system={literal(setup.system)}"] if setup.system else []
     args += ["backend=backend"] if setup.backend != "local" else []
     args += _sampling_args(setup)

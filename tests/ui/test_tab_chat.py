@@ -303,3 +303,33 @@ def test_run_choices_list_finished_runs_and_a_first_look_picks_the_newest(
     assert kept["value"] == ""
     assert chat.follow(runs_dir, run)["value"] == run
     assert chat.follow(runs_dir, str(runs_dir / "nope")) == SKIP
+
+
+def test_llama_cpp_serves_the_run_through_one_server_per_run(run, chat_model, runs_dir,
+                                                             monkeypatch):  # fmt: skip
+    from ui import chat_session
+
+    made: list[str] = []
+
+    def backend_llamacpp(source):
+        made.append(source)
+        scripted = Scripted()
+        scripted.name = "llamacpp"
+        return scripted
+
+    monkeypatch.setattr(chat_session, "_LLAMACPP", {})
+    monkeypatch.setattr(chat_session.dragon, "backend_llamacpp", backend_llamacpp)
+    end = last(send(None, "Hello", chat_model, runs_dir, *widgets(run, backend="llamacpp")))
+    assert end["error"] == "" and end["bot0"]["value"][-1]["content"] == "tuned says 1: Hello"
+    assert made == [run]
+    assert f'backend = dragon.backend_llamacpp("{run}")' in end["code"]
+    assert "backend=backend" in end["code"]
+    compile(end["code"], "chat", "exec")
+    # A new conversation with the same run talks to the same llama-server.
+    chat.reset(end["session"])
+    again = last(send(None, "Again", chat_model, runs_dir, *widgets(run, backend="llamacpp")))
+    assert again["error"] == "" and made == [run]
+    for mode in ("base", "both"):  # one GGUF: the run's, not its base's
+        refused = last(send(None, "Hi", chat_model, runs_dir,
+                            *widgets(run, mode, backend="llamacpp")))  # fmt: skip
+        assert "llama.cpp serves one GGUF" in refused["error"] and made == [run]
