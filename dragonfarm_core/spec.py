@@ -115,7 +115,7 @@ class RunSpec:
         check_plain(args.extra, "TrainArgs.extra")
         # TrainArgs passes keywords it does not know to the trainer in `extra`: refuse one the
         # trainer does not understand now, with the accepted list, not later in its log.
-        extra_args(args.extra)
+        extra_args(args.extra, self.method)
         check_plain(self.method_args_dict(), "method_args")
         if isinstance(self.method_args, GrpoArgs):
             new = self.method_args.max_new_tokens

@@ -130,7 +130,7 @@ def _calls(tickets, model):
 
 
 @pytest.mark.parametrize("call", ["train", "prefer", "reinforce"])
-@pytest.mark.parametrize("unknown", [{"lr": 1e-3}, {"neftune_noise_alpha": 5}])
+@pytest.mark.parametrize("unknown", [{"lr": 1e-3}, {"label_smoothing_factor": 0.1}])
 def test_an_unknown_keyword_is_refused_up_front_with_the_accepted_ones(
     runs_root, model_dir, tickets, call, unknown
 ):
@@ -142,6 +142,16 @@ def test_an_unknown_keyword_is_refused_up_front_with_the_accepted_ones(
     assert f"unknown key(s) {next(iter(unknown))!r}" in message
     assert "the trainer understands lr_scheduler_type, eval_steps" in message
     assert "TrainArgs itself takes epochs, learning_rate" in message
+    assert list(runs_root.iterdir()) == []
+
+
+@pytest.mark.parametrize("call", ["prefer", "reinforce"])
+def test_an_sft_only_keyword_is_refused_up_front_for_the_other_methods(
+    runs_root, model_dir, tickets, call
+):
+    args = TrainArgs(epochs=1, max_seq_len=512, neftune_noise_alpha=5)
+    with pytest.raises(SettingsError, match="neftune_noise_alpha'] works for sft runs for now"):
+        _calls(tickets, str(model_dir))[call](args=args, runs_dir=runs_root)
     assert list(runs_root.iterdir()) == []
 
 

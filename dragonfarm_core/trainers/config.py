@@ -9,6 +9,7 @@ the same check when it starts. `TrainArgs.extra` keys use the names of Hugging F
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 from dataclasses import dataclass, field
@@ -18,6 +19,11 @@ from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 
 SCHEDULERS = ("linear", "cosine", "constant")
+# report_to's trackers, each an optional install: the module transformers looks for.
+TRACKERS = {"tensorboard": ("tensorboard", "tensorboardX"), "trackio": ("trackio",),
+            "wandb": ("wandb",), "mlflow": ("mlflow",)}  # fmt: skip
+# Keys only the trainers on TRL read; DPO, ORPO and GRPO still run dragonfarm's own loops.
+TRL_ONLY = {"report_to": ("sft",), "neftune_noise_alpha": ("sft",)}
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,19 @@ class ExtraArgs:
     )
     sample_max_new_tokens: int = field(
         default=256, metadata={"help": "Tokens generated per held-out prompt for samples.json."}
+    )
+    report_to: str | list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Trackers that also get the run's metrics: tensorboard, trackio, wandb, "
+            "mlflow, or a list of them (each its own install). SFT runs only, for now."
+        },
+    )
+    neftune_noise_alpha: float | None = field(
+        default=None,
+        metadata={
+            "help": "NEFTune: noise on the input embeddings while training (e.g. 5). SFT only."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -75,10 +94,46 @@ class ExtraArgs:
         for name in ("adam_beta1", "adam_beta2"):
             if getattr(self, name) >= 1:
                 raise SettingsError(f"TrainArgs.extra['{name}'] must be below 1.")
+        alpha = self.neftune_noise_alpha
+        if alpha is not None and (
+            isinstance(alpha, bool) or not isinstance(alpha, int | float)
+            or not math.isfinite(alpha) or alpha <= 0
+        ):  # fmt: skip
+            raise SettingsError(
+                f"TrainArgs.extra['neftune_noise_alpha'] must be a number above 0 (5 is usual), "
+                f"got {alpha!r}."
+            )
+        for tracker in self.trackers:
+            if tracker not in TRACKERS:
+                raise SettingsError(
+                    f"TrainArgs.extra['report_to'] names {tracker!r}; the trackers are "
+                    f"{', '.join(TRACKERS)} (or a list of them)."
+                )
+            if not any(importlib.util.find_spec(m) for m in TRACKERS[tracker]):
+                raise SettingsError(
+                    f"TrainArgs.extra['report_to'] names {tracker}, which is not installed here: "
+                    f"pip install {tracker}, or leave it out."
+                )
+
+    @property
+    def trackers(self) -> list[str]:
+        """report_to as a list; [] for none."""
+        value = self.report_to
+        if value is None or value == "none":
+            return []
+        if isinstance(value, str):
+            return [value]
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise SettingsError(
+                f"TrainArgs.extra['report_to'] must be a tracker's name or a list of them, "
+                f"got {value!r}."
+            )
+        return list(value)
 
 
-def extra_args(extra: dict[str, Any]) -> ExtraArgs:
-    """Check `TrainArgs.extra` and fill in defaults; an unknown key raises SettingsError naming it."""
+def extra_args(extra: dict[str, Any], method: str = "sft") -> ExtraArgs:
+    """Check `TrainArgs.extra` for a run of `method` and fill in defaults; an unknown key, or
+    one that method's trainer does not read yet, raises SettingsError naming it."""
     known = [f.name for f in dataclasses.fields(ExtraArgs)]
     unknown = sorted(set(extra) - set(known))
     if unknown:
@@ -88,6 +143,12 @@ def extra_args(extra: dict[str, Any]) -> ExtraArgs:
             f"TrainArgs does not know goes there); the trainer understands {', '.join(known)}, "
             f"and TrainArgs itself takes {', '.join(own)}."
         )
+    for key, methods in TRL_ONLY.items():
+        if extra.get(key) is not None and method not in methods:
+            raise SettingsError(
+                f"TrainArgs.extra['{key}'] works for {', '.join(methods)} runs for now: "
+                f"{method} still runs dragonfarm's own training loop, which does not read it."
+            )
     return ExtraArgs(**extra)
 
 
@@ -149,7 +210,7 @@ def load_config(run_dir: str | os.PathLike[str]) -> TrainConfig:
         lora=lora,
         args=args,
         hardware=spec.hardware,
-        extra=extra_args(args.extra),
+        extra=extra_args(args.extra, spec.method),
         n_samples=spec.n_samples,
         method_args=dict(raw.get("method_args") or {}),
         raw=raw,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,11 @@ def arguments(
     """The TRL config (SFTConfig, DPOConfig, ...) for this run: every TrainArgs and extra
     setting under its transformers name, plus the method's own options in `method`."""
     args, extra = config.args, config.extra
+    # Trackers that write files write them into the run (their own variables, passed to the
+    # trainer through DRAGONFARM_PASS_ENV, win).
+    os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run_dir / "tensorboard"))
+    os.environ.setdefault("WANDB_DIR", str(run_dir))
+    os.environ.setdefault("MLFLOW_TRACKING_URI", (run_dir / "mlruns").as_uri())
     return config_class(
         output_dir=str(run_dir / files.CHECKPOINTS_DIR),
         num_train_epochs=args.epochs,
@@ -75,7 +81,8 @@ def arguments(
         save_steps=args.save_steps,
         save_total_limit=None,  # RunCallback prunes, marker first
         eval_strategy="no",  # the held-out loss is the callback's (token-level, as eval.json)
-        report_to="none",
+        report_to=extra.trackers or "none",
+        neftune_noise_alpha=extra.neftune_noise_alpha,
         disable_tqdm=True,  # train.log is what the Monitor shows
         dataloader_pin_memory=placement.device.type == "cuda",
         remove_unused_columns=False,
