@@ -35,6 +35,29 @@ class Training:
     total: int
 
 
+def model_and_plan(
+    report: RunReporter, config: TrainConfig, placement: Placement, n_rows: int,
+    truncated_rows: int,
+) -> tuple[Any, StepPlan, int, int]:  # fmt: skip
+    """The frozen base with a fresh LoRA adapter, in training mode, and the step plan; device,
+    dtype, parameter counts and the plan go into status.json. -> (model, plan, trainable, total)"""
+    args, quantized = config.args, config.hardware.load_in_4bit
+    model = modeling.load_model(config.model, placement, quantized)
+    model = modeling.add_lora(model, config.lora, args.seed, args.gradient_checkpointing, quantized)
+    model.train()
+    plan = plan_steps(n_rows, args.batch_size, args.grad_accum, args.epochs, args.max_steps)
+    trainable, total = modeling.count_params(model)
+    report.update(
+        device=str(placement.device),
+        dtype=placement.dtype_name,
+        params_trainable=trainable,
+        params_total=total,
+        total_steps=plan.total_steps,
+        truncated_rows=truncated_rows,
+    )
+    return model, plan, trainable, total
+
+
 def start(
     run_dir: Path,
     report: RunReporter,
@@ -44,24 +67,12 @@ def start(
     truncated_rows: int,
 ) -> Training:
     """Model with a new adapter, step plan, optimizer, and the state to continue from."""
-    args, quantized = config.args, config.hardware.load_in_4bit
-    model = modeling.load_model(config.model, placement, quantized)
-    model = modeling.add_lora(model, config.lora, args.seed, args.gradient_checkpointing, quantized)
-    model.train()
-    plan = plan_steps(n_rows, args.batch_size, args.grad_accum, args.epochs, args.max_steps)
-    opt = build_optimization(model, args, config.extra, plan.total_steps, placement.dtype)
-    state = checkpoint.resume(run_dir, model, opt, config.raw) or TrainState()
-    trainable, total = modeling.count_params(model)
-    report.update(
-        device=str(placement.device),
-        dtype=placement.dtype_name,
-        params_trainable=trainable,
-        params_total=total,
-        step=state.step,
-        total_steps=plan.total_steps,
-        epoch=plan.epoch_at(state.step),
-        truncated_rows=truncated_rows,
+    model, plan, trainable, total = model_and_plan(
+        report, config, placement, n_rows, truncated_rows
     )
+    opt = build_optimization(model, config.args, config.extra, plan.total_steps, placement.dtype)
+    state = checkpoint.resume(run_dir, model, opt, config.raw) or TrainState()
+    report.update(step=state.step, epoch=plan.epoch_at(state.step))
     return Training(model, plan, opt, state, trainable, total)
 
 

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.trainers import evaluation, lifecycle, modeling, sft_data, trl_run
-from dragonfarm_core.trainers.batching import plan_steps
 from dragonfarm_core.trainers.common import reported_run, resolve_placement
 from dragonfarm_core.trainers.config import load_config
 from dragonfarm_core.trainers.sft_data import Encoded
@@ -76,22 +75,9 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         from transformers import PrinterCallback
         from trl import SFTConfig, SFTTrainer
 
-        quantized = config.hardware.load_in_4bit
-        model = modeling.load_model(config.model, placement, quantized)
-        model = modeling.add_lora(
-            model, config.lora, args.seed, args.gradient_checkpointing, quantized
-        )
-        trainable, total = modeling.count_params(model)
-        plan = plan_steps(
-            len(data.train), args.batch_size, args.grad_accum, args.epochs, args.max_steps
-        )
-        report.update(
-            device=str(placement.device),
-            dtype=placement.dtype_name,
-            params_trainable=trainable,
-            params_total=total,
-            total_steps=plan.total_steps,
-            truncated_rows=data.train.truncated_rows + data.held_out.truncated_rows,
+        truncated = data.train.truncated_rows + data.held_out.truncated_rows
+        model, plan, trainable, total = lifecycle.model_and_plan(
+            report, config, placement, len(data.train), truncated
         )
 
         def held_out_loss(model: Any) -> float | None:

@@ -36,17 +36,29 @@ from dragonfarm_core.trainers.config import TrainConfig
 RUN_STATE = "dragonfarm_state.json"  # in each checkpoint: TrainState and the run's settings
 
 
+def tracker_places(run_dir: Path) -> dict[str, str]:
+    """Where the trackers that write files write them: into the run."""
+    return {
+        "TENSORBOARD_LOGGING_DIR": str(run_dir / "tensorboard"),
+        "WANDB_DIR": str(run_dir),
+        "MLFLOW_TRACKING_URI": (run_dir / "mlruns").as_uri(),
+    }
+
+
+# The user's own settings (passed to the trainer through DRAGONFARM_PASS_ENV) win; read once, so
+# a second run in one process (tests, benchmarks) does not inherit the first run's folder.
+GIVEN_TRACKER_ENV = frozenset(os.environ) & set(tracker_places(Path("/")))
+
+
 def arguments(
     config_class: type, config: TrainConfig, placement: Placement, run_dir: Path, **method: Any
 ) -> Any:
     """The TRL config (SFTConfig, DPOConfig, ...) for this run: every TrainArgs and extra
     setting under its transformers name, plus the method's own options in `method`."""
     args, extra = config.args, config.extra
-    # Trackers that write files write them into the run (their own variables, passed to the
-    # trainer through DRAGONFARM_PASS_ENV, win).
-    os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run_dir / "tensorboard"))
-    os.environ.setdefault("WANDB_DIR", str(run_dir))
-    os.environ.setdefault("MLFLOW_TRACKING_URI", (run_dir / "mlruns").as_uri())
+    for name, where in tracker_places(run_dir).items():
+        if name not in GIVEN_TRACKER_ENV:
+            os.environ[name] = where
     return config_class(
         output_dir=str(run_dir / files.CHECKPOINTS_DIR),
         num_train_epochs=args.epochs,
