@@ -36,6 +36,13 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 LLAMA_CPP_PYTHON_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 # Written last into a built cache folder: what was built, how, and for which CPU.
 BUILT_MARKER = ".dragonfarm-built.json"
+# Raised when scripts/build_llama_cpp.py changes how it builds, so a cache built the old way is
+# built again. 2: native builds leave out ggml's AMX kernels (see NATIVE_CFLAGS).
+BUILD_REVISION = 2
+# ggml's AMX matrix kernels (compiled in whenever -march=native finds AMX, as on Sapphire Rapids)
+# crashed llama-server (SIGSEGV in ggml_backend_amx_mul_mat) loading the bundled model as q8_0:
+# native builds leave them out. An explicit -mno-<isa> wins over -march=native in any order.
+NATIVE_CFLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 CONVERTER = "convert_hf_to_gguf.py"
 SERVER, QUANTIZE, CLI = "llama-server", "llama-quantize", "llama-cli"
 # Where a llama.cpp tree keeps its binaries: cmake's default build folder first.
@@ -137,6 +144,11 @@ def cache_problem(root: str | os.PathLike[str]) -> str | None:
     marker = read_marker(root)
     if marker is None:
         return f"{root} holds no finished build (its {BUILT_MARKER} marker is missing)"
+    if marker.get("build_revision", 1) != BUILD_REVISION:
+        return (
+            f"{root} was built by an earlier build script (revision "
+            f"{marker.get('build_revision', 1)}, now {BUILD_REVISION})"
+        )
     if marker.get("machine") not in (None, platform.machine()):
         return f"{root} was built for {marker['machine']}, this machine is {platform.machine()}"
     missing = set(marker.get("cpu_flags") or []) - cpu_flags() if marker.get("native") else set()

@@ -129,6 +129,9 @@ def build(src: Path, native: bool, jobs: int) -> list[str]:
             "then run this script again."
         )
     flags = [*CMAKE_FLAGS, f"-DGGML_NATIVE={'ON' if native else 'OFF'}"]
+    if native and platform.machine() in ("x86_64", "AMD64"):
+        flags += [f"-DCMAKE_C_FLAGS={llama_cpp.NATIVE_CFLAGS}",
+                  f"-DCMAKE_CXX_FLAGS={llama_cpp.NATIVE_CFLAGS}"]  # fmt: skip
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     cache = src / "build" / "CMakeCache.txt"
     if cache.is_file() and "GGML_NATIVE:BOOL=" + ("ON" if native else "OFF") not in cache.read_text(
@@ -197,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = round(time.monotonic() - started, 1)
     marker = {
         "llama_cpp_python": llama_cpp.LLAMA_CPP_PYTHON_VERSION,
+        "build_revision": llama_cpp.BUILD_REVISION,
         "sha256": llama_cpp.LLAMA_CPP_PYTHON_SHA256,
         "binaries": list(TARGETS),
         "cmake_flags": flags,

@@ -106,6 +106,10 @@ def test_a_cache_built_for_another_cpu_is_not_used(no_llama_cpp, monkeypatch):
         llama_cpp.find_llama_cpp()
     marker = {"native": True, "cpu_flags": ["avx2", "avx512f"], "llama_cpp_python": "0.3.36"}
     (llama_cpp.cache_dir() / llama_cpp.BUILT_MARKER).write_text(json.dumps(marker))
+    with pytest.raises(LlamaCppMissing, match=r"earlier build script \(revision 1, now 2\)"):
+        llama_cpp.find_llama_cpp()  # built with the AMX kernels that crashed on q8_0
+    marker["build_revision"] = llama_cpp.BUILD_REVISION
+    (llama_cpp.cache_dir() / llama_cpp.BUILT_MARKER).write_text(json.dumps(marker))
     monkeypatch.setattr(llama_cpp, "cpu_flags", lambda: frozenset({"avx2"}))
     with pytest.raises(LlamaCppMissing, match="natively for a CPU with avx512f"):
         llama_cpp.find_llama_cpp()
@@ -259,7 +263,8 @@ def build_script():
 def test_the_build_script_reuses_a_complete_cache(tmp_path, monkeypatch, capsys):
     script = build_script()
     cache = fake_llama_cpp(tmp_path / "llama.cpp-x")
-    marker = {"native": True, "cpu_flags": sorted(llama_cpp.cpu_flags()), "built_at": "then"}
+    marker = {"native": True, "cpu_flags": sorted(llama_cpp.cpu_flags()), "built_at": "then",
+              "build_revision": llama_cpp.BUILD_REVISION}  # fmt: skip
     (cache / llama_cpp.BUILT_MARKER).write_text(json.dumps(marker))
 
     def nothing_runs(*args, **kwargs):
