@@ -87,10 +87,15 @@ def read_setup(
     """The widgets' values as a Setup; what dragon.chat checks is left to it."""
     if not run and mode != "run":
         raise ValueError("Pick a run to talk to its base model or to compare the two.")
+    if backend == "llamacpp" and not run:
+        raise ValueError(
+            "Pick a run: llama.cpp serves a run's own GGUF, made once inside the run's folder "
+            "(the local worker talks to the Model tab's model)."
+        )
     if backend == "llamacpp" and mode != "run":
         raise ValueError(
-            "llama.cpp serves one GGUF, the run's own (or the Model tab's model's): choose "
-            "'The run', or the local worker to talk to its base model or compare the two."
+            "llama.cpp serves one GGUF, the run's own: choose 'The run', or the local worker "
+            "to talk to its base model or compare the two."
         )
     served_model = {"server": served, "ollama": ollama_model}.get(backend, "")
     return Setup(

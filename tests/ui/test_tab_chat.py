@@ -329,6 +329,8 @@ def test_llama_cpp_serves_the_run_through_one_server_per_run(run, chat_model, ru
     chat.reset(end["session"])
     again = last(send(None, "Again", chat_model, runs_dir, *widgets(run, backend="llamacpp")))
     assert again["error"] == "" and made == [run]
+    no_run = last(send(None, "Hi", chat_model, runs_dir, *widgets("", backend="llamacpp")))
+    assert "Pick a run: llama.cpp serves a run" in no_run["error"]  # nothing written
     for mode in ("base", "both"):  # one GGUF: the run's, not its base's
         refused = last(send(None, "Hi", chat_model, runs_dir,
                             *widgets(run, mode, backend="llamacpp")))  # fmt: skip

@@ -51,9 +51,9 @@ BACKENDS = [
     ("Ollama", "ollama"),
 ]
 LLAMACPP_NOTE = (
-    "llama.cpp decodes the run merged into an f16 GGUF (dragon.export_gguf, made and checked "
-    "once, on the first reply: about a minute) with its own llama-server: many times faster "
-    "than the local worker on a CPU, the same greedy replies."
+    "llama.cpp decodes the picked run merged into an f16 GGUF (dragon.export_gguf, made and "
+    "checked once inside the run's folder, on the first reply: about a minute) with its own "
+    "llama-server: many times faster than the local worker on a CPU, the same greedy replies."
 )
 ERRORS = (ValueError, TypeError, OSError, RuntimeError)  # RuntimeError covers InferenceError
 
