@@ -53,6 +53,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
         sft = dragon.train(tickets.map(prompt="question", response="answer"), str(model),
                            runs_dir=root, name="sft", wait=True)  # fmt: skip
         pairs = tickets.map_pairs(prompt="question", chosen="answer", rejected="question")
+        # Run ids hold the second they were made in; the app lists runs by id, so the DPO run
+        # starts in a later second than the SFT run (the tests read the lists in that order).
+        time.sleep(1.05 - time.time() % 1)
         dragon.prefer(pairs, sft, beta=0.3, runs_dir=root, name="dpo", wait=True)
     return root
 
@@ -62,7 +65,10 @@ def two(runs_dir: Path, trained: Path) -> list:
     """[sft, dpo] in the test's runs folder, with the files a real trainer writes at its end."""
     for run_dir in sorted(trained.iterdir()):
         shutil.copytree(run_dir, runs_dir / run_dir.name)
-    sft, dpo = (dragon.open_run(d) for d in sorted(runs_dir.iterdir()))
+    # By method, not by folder name: both runs can start in the same second, and then
+    # "<time>-dpo" sorts before "<time>-sft".
+    runs = {run.method: run for run in map(dragon.open_run, runs_dir.iterdir())}
+    sft, dpo = runs["sft"], runs["dpo"]
     files.write_eval(sft.dir, {"eval_loss": 1.4, "perplexity": 4.06, "step": 6})
     files.write_eval(dpo.dir, {"eval_loss": 0.9, "pref_accuracy": 0.8, "step": 6})
     for run, eval_loss in ((sft, 1.4), (dpo, 0.9)):
