@@ -80,14 +80,46 @@ def save_checkpoint(
     model.save_pretrained(tmp / ADAPTER)
     torch.save(opt.state_dicts(), tmp / OPTIMIZER)
     torch.save(rng_states(), tmp / RNG)
-    settings = {k: config.get(k) for k in SAME_RUN_KEYS}
-    files.write_json(tmp / STATE, {"state": dataclasses.asdict(state), "settings": settings})
+    write_state(tmp / STATE, state, config)
     fsync_tree(tmp)
     files.mark_checkpoint_complete(tmp)
     os.replace(tmp, final)
+    prune(run_dir)
+    return final
+
+
+def write_state(path: Path, state: TrainState, config: dict[str, Any]) -> None:
+    """The loop's counters and the settings that must match for a resume, as one JSON file."""
+    settings = {k: config.get(k) for k in SAME_RUN_KEYS}
+    files.write_json(path, {"state": dataclasses.asdict(state), "settings": settings})
+
+
+def read_state(path: Path, config: dict[str, Any]) -> TrainState:
+    """The counters `write_state` wrote; SettingsError when the checkpoint holding `path` was
+    trained with other settings than `config`."""
+    saved = files.read_json(path)
+    changed = [k for k in SAME_RUN_KEYS if saved["settings"].get(k) != config.get(k)]
+    if changed:
+        raise SettingsError(
+            f"{path.parent} was trained with different {', '.join(changed)} settings "
+            "than config.json; resume needs the same configuration. Start a new "
+            "run, or delete the checkpoints to restart this one."
+        )
+    return TrainState(**saved["state"])
+
+
+def prune(run_dir: str | os.PathLike[str]) -> None:
+    """Keep the last KEEP complete checkpoints (each removed marker first)."""
     for old in files.checkpoints(run_dir)[:-KEEP]:
         files.remove_checkpoint(old)
-    return final
+
+
+def trim_progress(run_dir: str | os.PathLike[str], latest: Path, step: int) -> None:
+    """Drop the progress rows logged after the checkpoint resumed from, so the loss curve goes
+    on without a gap or a repeat."""
+    kept = [r for r in files.read_progress(run_dir) if r.get("step", 0) <= step]
+    files.write_progress(run_dir, kept)
+    print(f"Resuming from {latest.name} (step {step}).", flush=True)
 
 
 def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
@@ -114,20 +146,13 @@ def load_checkpoint(
     from peft import set_peft_model_state_dict
     from peft.utils import load_peft_weights
 
-    saved = files.read_json(path / STATE)
-    changed = [k for k in SAME_RUN_KEYS if saved["settings"].get(k) != config.get(k)]
-    if changed:
-        raise SettingsError(
-            f"{path} was trained with different {', '.join(changed)} settings "
-            "than config.json; resume needs the same configuration. Start a new "
-            "run, or delete the checkpoints to restart this one."
-        )
+    state = read_state(path / STATE, config)
     device = next(model.parameters()).device
     set_peft_model_state_dict(model, load_peft_weights(str(path / ADAPTER), device=str(device)))
     opt.load_state_dicts(torch.load(path / OPTIMIZER, map_location=device))
     # Our own file: numpy's RNG state is not a plain tensor, so weights_only cannot read it.
     set_rng_states(torch.load(path / RNG, weights_only=False))
-    return TrainState(**saved["state"])
+    return state
 
 
 def resume(
@@ -139,9 +164,7 @@ def resume(
     if latest is None:
         return None
     state = load_checkpoint(latest, model, opt, config)
-    kept = [r for r in files.read_progress(run_dir) if r.get("step", 0) <= state.step]
-    files.write_progress(run_dir, kept)
-    print(f"Resuming from {latest.name} (step {state.step}).", flush=True)
+    trim_progress(run_dir, latest, state.step)
     return state
 
 

@@ -98,9 +98,8 @@ def main(run_dir: str | os.PathLike[str]) -> str:
             processing_class=tokenizer,
             callbacks=[callback],
         )
-        trainer.remove_callback(
-            PrinterCallback
-        )  # progress.jsonl has the rows; the log stays readable
+        # progress.jsonl has the rows; train.log stays readable without Trainer's printed dicts
+        trainer.remove_callback(PrinterCallback)
         print(
             f"Training {config.model.name} on {placement.device} ({placement.dtype_name}): "
             f"{len(data.train)} rows, {plan.total_steps} steps, "

@@ -2,8 +2,9 @@
 TrainerCallback through which a TRL trainer keeps the run directory's contract.
 
     callback = trl_run.RunCallback(run_dir, report, config, evaluate)
-    trainer = Counted[SFTTrainer](model, args=trl_run.arguments(SFTConfig, ...), callbacks=[callback])
-    cancelled = trl_run.train(trainer, run_dir, config, callback)
+    args = trl_run.arguments(SFTConfig, config, placement, run_dir)
+    trainer = trl_run.counted(SFTTrainer)(model=model, args=args, callbacks=[callback], ...)
+    cancelled = trl_run.train(trainer, run_dir, callback)
 
 The callback writes the progress rows (the mean loss since the last row, learning rate,
 gradient norm, elapsed time and ETA; the held-out loss at the start and four times a run), the
@@ -17,7 +18,6 @@ rest). A NaN or infinite step loss stops the run with NonFiniteLoss.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -27,7 +27,6 @@ from typing import Any
 from transformers import TrainerCallback
 
 from dragonfarm_core.rundir import files
-from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers import checkpoint
 from dragonfarm_core.trainers.batching import PAD_MULTIPLE
 from dragonfarm_core.trainers.common import Placement, RunReporter, Stopwatch, TrainState
@@ -131,16 +130,7 @@ class RunCallback(TrainerCallback):
     def resume_from(self, path: Path) -> None:
         """Continue the counters saved with the checkpoint at `path` (refused when the
         checkpoint was trained with other settings)."""
-        saved = files.read_json(path / RUN_STATE)
-        raw = self.config.raw
-        changed = [k for k in checkpoint.SAME_RUN_KEYS if saved["settings"].get(k) != raw.get(k)]
-        if changed:
-            raise SettingsError(
-                f"{path} was trained with different {', '.join(changed)} settings than "
-                "config.json; resume needs the same configuration. Start a new run, or delete "
-                "the checkpoints to restart this one."
-            )
-        self.state = TrainState(**saved["state"])
+        self.state = checkpoint.read_state(path / RUN_STATE, self.config.raw)
 
     # -- TrainerCallback ----------------------------------------------------------------------
 
@@ -188,13 +178,10 @@ class RunCallback(TrainerCallback):
 
     def on_save(self, args: Any, state: Any, control: Any, **kw: Any):
         path = files.checkpoint_dir(self.run_dir, state.global_step)
-        settings = {k: self.config.raw.get(k) for k in checkpoint.SAME_RUN_KEYS}
-        files.write_json(path / RUN_STATE,
-                         {"state": dataclasses.asdict(self.state), "settings": settings})  # fmt: skip
+        checkpoint.write_state(path / RUN_STATE, self.state, self.config.raw)
         checkpoint.fsync_tree(path)
         files.mark_checkpoint_complete(path)
-        for old in files.checkpoints(self.run_dir)[: -checkpoint.KEEP]:
-            files.remove_checkpoint(old)
+        checkpoint.prune(self.run_dir)
 
 
 def counted(trainer_class: type) -> type:
@@ -221,8 +208,6 @@ def train(trainer: Any, run_dir: Path, callback: RunCallback) -> bool:
     latest = checkpoint.latest_checkpoint(run_dir)
     if latest is not None:
         callback.resume_from(latest)
-        kept = [r for r in files.read_progress(run_dir) if r.get("step", 0) <= callback.state.step]
-        files.write_progress(run_dir, kept)
-        print(f"Resuming from {latest.name} (step {callback.state.step}).", flush=True)
+        checkpoint.trim_progress(run_dir, latest, callback.state.step)
     trainer.train(resume_from_checkpoint=str(latest) if latest else None)
     return callback.cancelled
