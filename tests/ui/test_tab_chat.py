@@ -8,6 +8,7 @@ model, so no torch is needed; the server backend talks to a local fake OpenAI se
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -329,6 +330,12 @@ def test_llama_cpp_serves_the_run_through_one_server_per_run(run, chat_model, ru
     chat.reset(end["session"])
     again = last(send(None, "Again", chat_model, runs_dir, *widgets(run, backend="llamacpp")))
     assert again["error"] == "" and made == [run]
+    outside = runs_dir.parent / "elsewhere" / Path(run).name  # a run folder outside the runs dir
+    shutil.copytree(run, outside)
+    refused = last(
+        send(None, "Hi", chat_model, runs_dir, *widgets(str(outside), backend="llamacpp"))
+    )
+    assert "outside" in refused["error"] and made == [run]  # never exported, never served
     no_run = last(send(None, "Hi", chat_model, runs_dir, *widgets("", backend="llamacpp")))
     assert "Pick a run: llama.cpp serves a run" in no_run["error"]  # nothing written
     for mode in ("base", "both"):  # one GGUF: the run's, not its base's
