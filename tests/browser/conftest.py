@@ -68,6 +68,18 @@ def example_mapped(page, timeout_ms: int = 30_000) -> None:
     expect(learned).to_be_visible(timeout=timeout_ms)
 
 
+def set_train_args(page, settings: dict[str, str], timeout_ms: int = 30_000) -> None:
+    """Fill the Train tab's TrainArgs boxes (`name` -> value) and wait until the code panel
+    shows every one: a preview still pending for an earlier box would otherwise land after
+    what the next click writes there (CI saw the bundle's code replaced so)."""
+    for name, value in settings.items():
+        box = page.locator(f"#train-trainargs-{name} input")
+        box.fill(value)
+        box.press("Tab")
+    for name, value in settings.items():
+        expect(page.locator("#train-code")).to_contain_text(f"{name}={value}", timeout=timeout_ms)
+
+
 @pytest.fixture(scope="session")
 def chromium() -> str:
     path = shutil.which("chromium")

@@ -57,7 +57,13 @@ def test_chat_with_a_trained_run_rate_edit_and_see_the_feedback(
     page.get_by_role("tab", name="Chat").click()
     expect(page.locator("#chat-run input")).to_have_value(re.compile(trained), timeout=WAIT_MS)
     page.get_by_text("System prompt and sampling").click()
-    page.locator("#chat-max-new input").fill("24")
+    max_new = page.locator("#chat-max-new input")
+    # The box shows its default once it is mounted; the new value is committed on leaving it
+    # (CI sent the default once: a value typed while the accordion was still rendering).
+    expect(max_new).to_have_value("256", timeout=WAIT_MS)
+    max_new.fill("24")
+    max_new.press("Tab")
+    expect(max_new).to_have_value("24")
 
     say(page, "My thermostat keeps dropping off Wi-Fi.", 1)
     expect(page.locator("#chat-bot-0")).to_contain_text("My thermostat keeps dropping off Wi-Fi.")

@@ -17,7 +17,7 @@ from results_fakes import run_notebook
 
 import dragonfarm_core as dragon
 from dragonfarm_core.models import bundled_model_path
-from tests.browser.conftest import example_mapped
+from tests.browser.conftest import example_mapped, set_train_args
 
 SETTINGS = {"max_steps": "2", "logging_steps": "1", "batch_size": "2", "grad_accum": "1",
             "max_seq_len": "256"}  # fmt: skip
@@ -45,11 +45,7 @@ def bundle_from_train(page: Page) -> str:
     -> the run's id."""
     example_mapped(page, WAIT_MS)
     page.get_by_role("tab", name="Train").click()
-    for name, value in SETTINGS.items():
-        box = page.locator(f"#train-trainargs-{name} input")
-        box.fill(value)
-        box.press("Tab")
-    expect(page.locator("#train-code")).to_contain_text("max_steps=2", timeout=WAIT_MS)
+    set_train_args(page, SETTINGS, WAIT_MS)
     page.locator("#train-elsewhere").click()
     steps = page.locator("#train-elsewhere-steps")
     expect(steps).to_contain_text("Bundled run", timeout=60_000)

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from dragonfarm_core.models import bundled_model_path
-from tests.browser.conftest import example_mapped
+from tests.browser.conftest import example_mapped, set_train_args
 
 # The figure's points as the browser holds them (plotly keeps the traces on its graph div).
 LOSS_POINTS = """() => {
@@ -48,11 +48,7 @@ def test_train_watch_the_loss_and_cancel(page: Page, browser, app_server, no_tra
 
     page.get_by_role("tab", name="Train").click()
     expect(page.locator("#train-model")).to_contain_text("dragonfarm/tiny-support")
-    for name, value in SETTINGS.items():
-        box = page.locator(f"#train-trainargs-{name} input")
-        box.fill(value)
-        box.press("Tab")
-    expect(page.locator("#train-code")).to_contain_text("max_steps=400", timeout=WAIT_MS)
+    set_train_args(page, SETTINGS, WAIT_MS)
     page.locator("#train-start").click()
     expect(page.locator("#train-started")).to_contain_text("Started run", timeout=WAIT_MS)
     run_id = page.locator("#train-started code").inner_text()
