@@ -7,8 +7,8 @@ through the public API exactly as a user would run it, each measured on held-out
   and how many greedy held-out replies follow the tickets' house style
   (HOUSE_STYLE_PATTERN) for the base model and for the trained run.
 - dpo: pairs built from the tickets (chosen: the house-style reply; rejected: a rambling reply
-  with the same advice); held-out preference accuracy at the start (policy = reference, 0.5)
-  and at the end.
+  with the same advice); held-out preference accuracy at the start (policy = reference: every pair a tie,
+  which counts as not preferred, so 0) and at the end.
 - grpo: replies must open by citing a ticket id like T-1234 (two regex rewards: 0.3 for any
   T-<digits>, 0.7 for a four-digit id); mean held-out reward of greedy replies before (adapter
   off) and after.

@@ -36,7 +36,7 @@ def test_sft_lowers_held_out_loss_and_teaches_the_house_style(outcomes, tmp_path
 
 def test_dpo_learns_to_prefer_the_house_style(outcomes, tmp_path):
     out = outcomes.dpo(tmp_path, epochs=1)
-    assert out["before"] == pytest.approx(0.5)
+    assert out["before"] == 0.0  # policy = reference: every pair ties, and a tie is no win
     assert out["after"] >= 0.8
 
 

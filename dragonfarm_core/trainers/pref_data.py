@@ -17,6 +17,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,7 +28,7 @@ from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers import sft_data
 from dragonfarm_core.trainers.batching import collate, sorted_batches
-from dragonfarm_core.trainers.common import DataError, RunReporter
+from dragonfarm_core.trainers.common import DataError, RunReporter, TrainState
 from dragonfarm_core.trainers.config import TrainConfig
 from dragonfarm_core.trainers.evaluation import add_before, generate_samples
 from dragonfarm_core.trainers.modeling import labelled_logits
@@ -148,9 +149,9 @@ class PairScores:
         return self.chosen - self.rejected
 
     def correct(self) -> torch.Tensor:
-        """1 where the chosen reply scores higher, 0 where lower; a tie counts one half, so an
-        adapter that has not learned anything yet (policy = reference) scores 0.5, not 0."""
-        return (self.margin > 0).float() + 0.5 * (self.margin == 0).float()
+        """1 where the chosen reply scores strictly higher, else 0 (a tie too), as TRL's
+        rewards/accuracies counts: an untrained DPO adapter (policy = reference) scores 0."""
+        return (self.margin > 0).float()
 
 
 Score = Callable[[Any, dict[str, torch.Tensor], int], PairScores]
@@ -211,6 +212,30 @@ def write_pair_samples(
     add_before(samples, model, tokenizer, conversations, max_new_tokens, max_len)
     files.write_samples(run_dir, samples)
     return samples
+
+
+def finish(
+    run_dir: Path, report: RunReporter, config: TrainConfig, model: Any, tokenizer: Any,
+    pairs: tuple[list[Pair], list[Pair]], held_out: EncodedPairs, score: Score, beta: float,
+    state: TrainState, epoch: float, metrics: dict[str, Any],
+) -> None:  # fmt: skip
+    """After the last step (DPO on TRL, ORPO's own loop): eval.json, the last held-out row,
+    samples.json, and status "succeeded" with the metrics. `pairs` is (train, eval)."""
+    args, (train_pairs, eval_pairs) = config.args, pairs
+    results = evaluate_pairs(model, held_out, args.batch_size, tokenizer.pad_token_id, score)
+    files.write_eval(run_dir, {**results, "method": config.method, "beta": beta,
+                               "step": state.step})  # fmt: skip
+    if len(held_out):
+        log_progress(report, step=state.step, epoch=epoch, elapsed_s=round(state.elapsed_s, 2),
+                     **eval_columns(results))  # fmt: skip
+    write_pair_samples(
+        run_dir, model, tokenizer, eval_pairs or train_pairs, "eval" if eval_pairs else "train",
+        config.n_samples, config.extra.sample_max_new_tokens, args.max_seq_len,
+    )  # fmt: skip
+    metrics.update(results)
+    report.finish("succeeded", metrics=metrics)
+    print(f"Done: train loss {metrics['train_loss']:.4f}, held-out preference accuracy "
+          f"{results['pref_accuracy']}.", flush=True)  # fmt: skip
 
 
 def log_progress(report: RunReporter, **values: Any) -> None:

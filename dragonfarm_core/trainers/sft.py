@@ -80,8 +80,9 @@ def main(run_dir: str | os.PathLike[str]) -> str:
             report, config, placement, len(data.train), truncated
         )
 
-        def held_out_loss(model: Any) -> float | None:
-            return evaluation.eval_loss(model, data.held_out, args.batch_size, data.pad_id)[0]
+        def held_out_loss(model: Any) -> dict[str, Any]:
+            loss = evaluation.eval_loss(model, data.held_out, args.batch_size, data.pad_id)[0]
+            return {"eval_loss": loss}
 
         callback = trl_run.RunCallback(
             run_dir, report, config, held_out_loss if len(data.held_out) else None

@@ -1,14 +1,14 @@
 """What a trainer built on TRL shares: its TrainingArguments from the run spec, and the one
 TrainerCallback through which a TRL trainer keeps the run directory's contract.
 
-    callback = trl_run.RunCallback(run_dir, report, config, evaluate)
+    callback = trl_run.RunCallback(run_dir, report, config, evaluate, columns, logged)
     args = trl_run.arguments(SFTConfig, config, placement, run_dir)
     trainer = trl_run.counted(SFTTrainer)(model=model, args=args, callbacks=[callback], ...)
     cancelled = trl_run.train(trainer, run_dir, callback)
 
 The callback writes the progress rows (the mean loss since the last row, learning rate,
-gradient norm, elapsed time and ETA; the held-out loss at the start and four times a run), the
-step into status.json, and turns a cancel request (the cancel file, or SIGTERM) into a
+gradient norm, elapsed time and ETA, and a method's own columns from TRL's logged metrics; the
+held-out measures at the start and four times a run), the step into status.json, and turns a cancel request (the cancel file, or SIGTERM) into a
 checkpoint and a stop. Trainer writes each checkpoint; the callback adds the run's own state
 (elapsed time and token counters, the settings it was trained with) and then the COMPLETE
 marker, last, and prunes to the last two itself (marker first), so a kill at any moment leaves
@@ -109,10 +109,15 @@ class RunCallback(TrainerCallback):
         run_dir: Path,
         report: RunReporter,
         config: TrainConfig,
-        evaluate: Callable[[Any], float | None] | None = None,
+        evaluate: Callable[[Any], dict[str, Any]] | None = None,
+        columns: tuple[str, ...] = (),
+        logged: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.run_dir, self.report, self.config = run_dir, report, config
-        self.evaluate = evaluate  # model -> held-out loss; None: no held-out rows
+        # model -> held-out columns ({"eval_loss": ...}); None: no held-out rows
+        self.evaluate = evaluate
+        self.columns = columns  # the method's columns, in every row (null when not measured)
+        self.logged = logged  # TRL's logged metrics -> the method's training columns
         self.state = TrainState()
         self.cancelled = False
         self._step_loss = 0.0
@@ -140,7 +145,7 @@ class RunCallback(TrainerCallback):
         self.report.update(total_steps=state.max_steps, step=state.global_step,
                            epoch=round(state.epoch or 0.0, 4))  # fmt: skip
         if state.global_step == 0 and self.evaluate is not None:  # the untrained adapter
-            self.report.progress(step=0, epoch=0.0, eval_loss=self.evaluate(model), elapsed_s=0.0)
+            self._progress(step=0, epoch=0.0, elapsed_s=0.0, **self.evaluate(model))
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any):
         loss, self._step_loss = self._step_loss, 0.0
@@ -158,15 +163,15 @@ class RunCallback(TrainerCallback):
         step = state.global_step
         self.report.update(step=step, epoch=round(state.epoch, 4))
         if step % self._eval_every == 0 and step < state.max_steps and self.evaluate:
-            self.report.progress(step=step, epoch=round(state.epoch, 4),
-                                 eval_loss=self.evaluate(model),
-                                 elapsed_s=round(self._clock.elapsed(), 2))  # fmt: skip
+            self._progress(step=step, epoch=round(state.epoch, 4),
+                           elapsed_s=round(self._clock.elapsed(), 2),
+                           **self.evaluate(model))  # fmt: skip
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any):
         if "loss" not in (logs or {}):  # the summary Trainer logs at the end, or an eval
             return
         step = state.global_step
-        self.report.progress(
+        self._progress(
             step=step,
             epoch=round(state.epoch, 4),
             loss=self.state.take_log_loss(),
@@ -174,7 +179,11 @@ class RunCallback(TrainerCallback):
             grad_norm=logs.get("grad_norm"),
             elapsed_s=round(self.state.elapsed_s, 2),
             eta_s=self._clock.eta(step, state.max_steps),
+            **(self.logged(logs) if self.logged else {}),
         )
+
+    def _progress(self, **values: Any) -> None:
+        self.report.progress(**(dict.fromkeys(self.columns) | values))
 
     def on_save(self, args: Any, state: Any, control: Any, **kw: Any):
         path = files.checkpoint_dir(self.run_dir, state.global_step)

@@ -203,7 +203,7 @@ def test_dpo_loss_matches_a_hand_computation():
     # pair 0: chosen reward 0.5 * 0.5 = 0.25, rejected 0.5 * -1 = -0.5, margin 0.75
     assert scores.chosen.tolist() == [0.25, 0.0] and scores.rejected.tolist() == [-0.5, 0.0]
     assert scores.loss.tolist() == pytest.approx([math.log(1 + math.exp(-0.75)), math.log(2)])
-    assert scores.correct().tolist() == [1.0, 0.5]  # a tie counts one half
+    assert scores.correct().tolist() == [1.0, 0.0]  # a tie is not a win (TRL counts so too)
 
 
 def test_dpo_reference_is_the_model_with_the_adapter_off(lora_model, pair_batch):
@@ -226,11 +226,11 @@ def test_dpo_reference_is_the_model_with_the_adapter_off(lora_model, pair_batch)
     assert torch.allclose(scores.rejected, 0.1 * (moved[3:] - base[3:]), atol=1e-5)
 
 
-def test_evaluate_pairs_of_an_untrained_adapter_is_a_coin_flip(lora_model, tokenizer):
+def test_evaluate_pairs_of_an_untrained_adapter_ties_every_pair(lora_model, tokenizer):
     data = pref_data.encode_pairs(tokenizer, support_pairs(5), max_len=4096)
     score = lambda model, batch, n: dpo.dpo_score(model, batch, n, beta=0.1)  # noqa: E731
     results = pref_data.evaluate_pairs(lora_model, data, 2, tokenizer.pad_token_id, score)
-    assert results["pref_accuracy"] == 0.5 and results["reward_margin"] == 0.0
+    assert results["pref_accuracy"] == 0.0 and results["reward_margin"] == 0.0
     assert results["eval_loss"] == pytest.approx(math.log(2)) and results["eval_pairs"] == 5
 
 
@@ -273,9 +273,16 @@ def test_dpo_run_writes_and_reads_back_every_file(tmp_path, model_dir):
     got = _read_back(run_dir, n_eval=6)
     first = got["train_rows"][0]
     assert first["loss"] == pytest.approx(math.log(2), abs=1e-4)  # policy = reference at step 1
-    assert first["pref_acc"] == 0.5 and first["reward_margin"] == pytest.approx(0, abs=1e-4)
+    assert first["pref_acc"] == 0.0 and first["reward_margin"] == pytest.approx(0, abs=1e-4)
+    assert got["train_rows"][-1]["pref_acc"] > 0.5  # lr 2e-3 moves it within six steps
     assert got["status"]["pid"] == os.getpid() and got["status"]["metrics"]["train_loss"] > 0
     assert [p.name for p in files.checkpoints(run_dir)] == ["checkpoint-3", "checkpoint-6"]
+    # TRL's DPOTrainer wrote the checkpoints; only the run's own adapter is in them and in
+    # the run (the reference is the adapter switched off, not a second "ref" adapter)
+    newest = files.checkpoints(run_dir)[-1]
+    assert (newest / "trainer_state.json").is_file()
+    for folder in (newest, files.adapter_dir(run_dir)):
+        assert not (folder / "ref").exists()
 
 
 @pytest.mark.slow

@@ -36,7 +36,7 @@ def test_orpo_penalty_falls_as_the_chosen_reply_gets_likelier():
     penalty = scores.loss - (-chosen)  # the loss minus its supervised part
     assert penalty[1] == pytest.approx(math.log(2))  # equal odds: -log sigmoid(0)
     assert penalty[0] > penalty[1] > penalty[2] > 0
-    assert scores.correct().tolist() == [0.0, 0.5, 1.0]
+    assert scores.correct().tolist() == [0.0, 0.0, 1.0]  # equal odds: not a win
 
 
 def test_log1m_exp_is_accurate_near_zero_and_finite_at_zero():
