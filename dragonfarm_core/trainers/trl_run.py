@@ -8,8 +8,8 @@ TrainerCallback through which a TRL trainer keeps the run directory's contract.
 
 The callback writes the progress rows (the mean loss since the last row, learning rate,
 gradient norm, elapsed time and ETA, and a method's own columns from TRL's logged metrics; the
-held-out measures at the start and four times a run), the step into status.json, and turns a cancel request (the cancel file, or SIGTERM) into a
-checkpoint and a stop. Trainer writes each checkpoint; the callback adds the run's own state
+held-out measures at the start and four times a run), the step into status.json, and turns a
+cancel request (the cancel file, or SIGTERM) into a checkpoint and a stop. Trainer writes each checkpoint; the callback adds the run's own state
 (elapsed time and token counters, the settings it was trained with) and then the COMPLETE
 marker, last, and prunes to the last two itself (marker first), so a kill at any moment leaves
 no checkpoint that looks complete with a file missing (checkpoint.latest_checkpoint removes the
