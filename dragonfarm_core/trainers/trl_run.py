@@ -53,12 +53,13 @@ def arguments(
     config_class: type, config: TrainConfig, placement: Placement, run_dir: Path, **method: Any
 ) -> Any:
     """The TRL config (SFTConfig, DPOConfig, ...) for this run: every TrainArgs and extra
-    setting under its transformers name, plus the method's own options in `method`."""
+    setting under its transformers name, plus the method's own options in `method` (which
+    win: GRPO's batch counts completions, not prompts)."""
     args, extra = config.args, config.extra
     for name, where in tracker_places(run_dir).items():
         if name not in GIVEN_TRACKER_ENV:
             os.environ[name] = where
-    return config_class(
+    common = dict(
         output_dir=str(run_dir / files.CHECKPOINTS_DIR),
         num_train_epochs=args.epochs,
         max_steps=args.max_steps or -1,
@@ -97,8 +98,8 @@ def arguments(
         disable_tqdm=True,  # train.log is what the Monitor shows
         dataloader_pin_memory=placement.device.type == "cuda",
         remove_unused_columns=False,
-        **method,
     )
+    return config_class(**(common | method))
 
 
 class RunCallback(TrainerCallback):
