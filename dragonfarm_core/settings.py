@@ -17,6 +17,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 
@@ -94,7 +95,8 @@ def check_numbers(obj: Any, prefix: str | None = None) -> None:
             raise SettingsError(f"{where} = {value} is above the maximum {hi}; use {use}.")
 
 
-def _check_choice(obj: Any, name: str) -> None:
+def check_choice(obj: Any, name: str) -> None:
+    """Refuse a value of the field `name` that is not one of its metadata's choices."""
     meta = next(f.metadata for f in dataclasses.fields(obj) if f.name == name)
     value = getattr(obj, name)
     if value not in meta["choices"]:
@@ -215,12 +217,20 @@ class Hardware:
         "trainable adapter on a CPU.")  # fmt: skip
     load_in_4bit: bool = setting(False, "Load in 4-bit", help=
         "QLoRA: keep the frozen base in 4-bit (bitsandbytes, CUDA only).")  # fmt: skip
+    devices: int | str | None = setting(None, "Devices", help=
+        "Train data-parallel on several devices through `accelerate launch`: a count "
+        "(2: the first two GPUs, or two CPU processes with device='cpu') or GPUs "
+        "('cuda:0,1'). batch_size is per device. Empty: one device.")  # fmt: skip
+    accelerate_config: str | None = setting(None, "Accelerate config", help=
+        "An accelerate config file (`accelerate config` writes one) for FSDP, DeepSpeed or "
+        "several machines; it decides how the processes start, devices what the queue "
+        "reserves here.")  # fmt: skip
 
     def __post_init__(self) -> None:
         # "cuda:1": one GPU of several, each its own queue (the Train tab lists those found).
         if not (isinstance(self.device, str) and _ONE_GPU.fullmatch(self.device)):
-            _check_choice(self, "device")
-        _check_choice(self, "dtype")
+            check_choice(self, "device")
+        check_choice(self, "dtype")
         if not isinstance(self.load_in_4bit, bool):
             raise SettingsError("Hardware.load_in_4bit must be True or False.")
         if self.load_in_4bit and self.device in ("cpu", "mps"):
@@ -228,6 +238,76 @@ class Hardware:
                 f"Hardware.load_in_4bit needs an NVIDIA GPU (bitsandbytes), but device is "
                 f"{self.device!r}; set load_in_4bit=False or device='cuda'."
             )
+        _check_devices(self)
+        if self.accelerate_config is not None:
+            _check_accelerate_config(self)
+
+    @property
+    def processes(self) -> int:
+        """How many training processes this machine starts: 1, the count, or the GPUs listed."""
+        if self.devices is None:
+            return 1
+        return self.devices if isinstance(self.devices, int) else len(gpu_ids(self.devices))
+
+
+_GPU_LIST = re.compile(r"cuda:(\d+(?:,\d+)*)")
+
+
+def gpu_ids(devices: str) -> list[int]:
+    """The GPUs of a Hardware.devices list: 'cuda:0,1' -> [0, 1]."""
+    found = _GPU_LIST.fullmatch(devices)
+    return [int(i) for i in found.group(1).split(",")] if found else []
+
+
+def _check_devices(hw: Hardware) -> None:
+    devices, write = hw.devices, "write a count (devices=2) or GPUs (devices='cuda:0,1')"
+    if devices is None:
+        return
+    if isinstance(devices, str):
+        ids = gpu_ids(devices.replace(" ", ""))
+        if not ids:
+            raise SettingsError(f"Hardware.devices = {devices!r} is not understood; {write}.")
+        if len(set(ids)) != len(ids):
+            raise SettingsError(f"Hardware.devices = {devices!r} names a GPU twice; {write}.")
+        if hw.device not in ("auto", "cuda"):
+            raise SettingsError(
+                f"Hardware.devices = {devices!r} lists GPUs but device is {hw.device!r}; set "
+                "device='cuda' (or 'auto'), or give a count of CPU processes (devices=2)."
+            )
+        object.__setattr__(hw, "devices", devices.replace(" ", ""))
+        return
+    if isinstance(devices, bool) or not isinstance(devices, int):
+        raise SettingsError(f"Hardware.devices = {devices!r} is not understood; {write}.")
+    if not 1 <= devices <= 1024:
+        raise SettingsError(f"Hardware.devices = {devices} is not a count from 1 to 1024.")
+    if devices > 1 and hw.device == "mps":
+        raise SettingsError(
+            "Hardware.devices: Apple MPS is one device; leave devices empty, or use "
+            "device='cpu' for several CPU processes."
+        )
+    if devices > 1 and _ONE_GPU.fullmatch(hw.device):
+        raise SettingsError(
+            f"Hardware.device = {hw.device!r} is one GPU but devices = {devices}; list the "
+            "GPUs in devices (devices='cuda:0,1') and set device='cuda'."
+        )
+
+
+def _check_accelerate_config(hw: Hardware) -> None:
+    given = hw.accelerate_config
+    if not isinstance(given, str) or not given.strip():
+        raise SettingsError("Hardware.accelerate_config must be the path of a config file.")
+    path = Path(given).expanduser().resolve()
+    if not path.is_file():
+        raise SettingsError(
+            f"Hardware.accelerate_config: {path} is not a file; write one with "
+            "`accelerate config --config_file PATH`, or leave it empty."
+        )
+    if hw.devices is None:
+        raise SettingsError(
+            "Hardware.accelerate_config needs devices too (what this machine's queue reserves "
+            "for the run: devices=2 or devices='cuda:0,1')."
+        )
+    object.__setattr__(hw, "accelerate_config", str(path))
 
 
 def to_dict(settings: Lora | TrainArgs | Hardware) -> dict[str, Any]:

@@ -19,7 +19,9 @@ import gradio as gr
 
 from dragonfarm_core import SettingsError
 
-NOT_SHOWN = frozenset({"extra", "rewards"})  # free-form trainer keywords; GRPO's own builder
+# Free-form trainer keywords; GRPO's own builder; several devices, which the Python API sets
+# (Hardware(devices=..., accelerate_config=...)), not the Train tab.
+NOT_SHOWN = frozenset({"extra", "rewards", "devices", "accelerate_config"})
 
 
 def shown_fields(cls: type) -> list[dataclasses.Field]:
