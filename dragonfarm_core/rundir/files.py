@@ -59,6 +59,9 @@ EVAL_DATA = "data/eval.jsonl"
 # A dataset that had no file (a DataFrame, a list of conversations) is saved here, so the
 # run stays reproducible: config.json's dataset spec then names this file as its source.
 SOURCE_DATA = "data/source.jsonl"
+# The trainer's tokenized rows (Arrow files, trainers/token_cache.py): derived from data/ and
+# the tokenizer, so never copied with a run (bundles take data/ and rewards/ only).
+TOKEN_CACHE_DIR = ".cache/tokens"
 ADAPTER_DIR = "adapter"
 CHECKPOINTS_DIR = "checkpoints"
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -269,6 +272,10 @@ def data_path(run_dir: str | os.PathLike[str], split: str) -> Path:
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}.")
     return Path(run_dir) / (TRAIN_DATA if split == "train" else EVAL_DATA)
+
+
+def token_cache_dir(run_dir: str | os.PathLike[str]) -> Path:
+    return Path(run_dir) / TOKEN_CACHE_DIR
 
 
 def adapter_dir(run_dir: str | os.PathLike[str]) -> Path:

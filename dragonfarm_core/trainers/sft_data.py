@@ -1,20 +1,25 @@
 """From data/*.jsonl conversations to token ids whose loss covers the last assistant turn only.
 
-Fast path: render every row with the chat template first (prompt and full text), then one
-batched call of the fast tokenizer with offsets (per-row `apply_chat_template(tokenize=True)`
-is about 2.5x slower). The tokens before the end of the rendered prompt are context: their
-labels are masked. Because the learned turn is always the last one, the mask is a prefix, so
-an example is its ids plus `n_masked`. Rows longer than max_seq_len are truncated, keeping
-as much of the reply as sensible, and counted.
+Every row is rendered with the chat template (the prompt with the assistant header, and the
+whole conversation), then the whole texts go to the fast tokenizer's Rust backend in one
+batched call (`fast_backend`; transformers' own call costs twice the time). The tokens before
+the end of the rendered prompt are context: their labels are masked. Because the learned turn
+is always the last one, the mask is a prefix, so an example is its ids plus `n_masked`. Rows
+longer than max_seq_len are truncated, keeping as much of the reply as sensible, and counted.
+`load` keeps a run's encoded rows in an Arrow cache (token_cache), so a rerun or a resume on
+unchanged data does not tokenize again.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, overload
 
 from dragonfarm_core.chat_template import ROLES
 from dragonfarm_core.rundir import files
@@ -23,11 +28,40 @@ from dragonfarm_core.trainers.common import DataError, ModelLoadError
 IGNORE = -100
 
 
+class TokenRows(Sequence[list[int]]):
+    """Rows of token ids kept flat in numpy (a cached encoding maps its Arrow file: no list of
+    tens of millions of Python ints is built); a row becomes a list when it is read."""
+
+    def __init__(self, flat: Any, ends: Any) -> None:
+        self.flat, self.ends = flat, ends
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    @overload
+    def __getitem__(self, i: int) -> list[int]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[list[int]]: ...
+    def __getitem__(self, i: int | slice) -> list[int] | list[list[int]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        return self.flat[self.ends[i - 1] if i else 0 : self.ends[i]].tolist()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def row_lengths(self) -> list[int]:
+        return [int(n) for n in self.ends - [0, *self.ends[:-1]]] if len(self) else []
+
+
 @dataclass
 class Encoded:
     """Tokenized examples: ids per row, and how many leading tokens are masked context."""
 
-    input_ids: list[list[int]]
+    input_ids: Sequence[list[int]]
     n_masked: list[int]
     truncated_rows: int = 0
 
@@ -40,11 +74,13 @@ class Encoded:
 
     @property
     def lengths(self) -> list[int]:
+        if isinstance(self.input_ids, TokenRows):
+            return self.input_ids.row_lengths()
         return [len(ids) for ids in self.input_ids]
 
     @property
     def label_tokens(self) -> int:
-        return sum(len(ids) - m for ids, m in zip(self.input_ids, self.n_masked, strict=True))
+        return sum(self.lengths) - sum(self.n_masked)
 
 
 def _check_messages(messages: Any, where: str) -> list[dict[str, str]]:
@@ -144,61 +180,106 @@ def truncate(ids: list[int], n_masked: int, max_len: int) -> tuple[list[int], in
     return ids[n_masked - keep_prompt : n_masked + keep_reply], keep_prompt
 
 
-def _split_at_prompt(
-    tokenizer: Any, fulls: list[str], prompts: list[str]
-) -> tuple[list[list[int]], list[int]]:
-    """Token ids of each full text and how many of them belong to its prompt.
+def fast_backend(tokenizer: Any) -> tuple[Any, str]:
+    """(a copy of the fast tokenizer's Rust backend to call directly, the original's JSON).
+
+    Calling the backend skips transformers' per-call wrapping, which cost about half the
+    encoding time. The copy has no truncation or padding (as a plain tokenizer call without
+    them), and where it is provably the same a Metaspace pre-tokenizer that keeps the whole
+    text as one word is told to split it before each "▁": BPE then works on words, not on
+    a whole conversation. No merge can cross that split when no vocabulary token holds "▁"
+    after its first character (a merge always makes a vocabulary token), and no unknown
+    characters fuse across it when "▁" itself is known, so the ids and offsets are unchanged
+    (tests/trainers/test_sft_data.py checks them against transformers' own call).
+    """
+    from tokenizers import Tokenizer
+
+    text = tokenizer.backend_tokenizer.to_str()
+    spec = json.loads(text)
+    spec["truncation"] = spec["padding"] = None
+    pre, model = spec.get("pre_tokenizer") or {}, spec.get("model") or {}
+    if (
+        pre.get("type") == "Metaspace"
+        and not pre.get("split")
+        and model.get("type") == "BPE"
+        and not model.get("dropout")
+        and not model.get("ignore_merges")
+        and not model.get("continuing_subword_prefix")
+        and not model.get("end_of_word_suffix")
+        and not any(pre["replacement"] in token[1:] for token in model.get("vocab", {}))
+        and (pre["replacement"] in model.get("vocab", {}) or not model.get("fuse_unk"))
+    ):
+        pre["split"] = True
+    return Tokenizer.from_str(json.dumps(spec)), text
+
+
+def _prompt_tokens(encoding: Any, boundary: int) -> int | None:
+    """How many tokens of `encoding` lie before character `boundary`; None where a token
+    spans the boundary (a BPE merge of the assistant header's newline with the reply)."""
+    token = encoding.char_to_token(boundary)
+    if token is None:  # the boundary character made no token: count by offsets
+        starts = [start for start, _ in encoding.offsets]
+        n = bisect.bisect_left(starts, boundary)
+        return None if n and encoding.offsets[n - 1][1] > boundary else n
+    return token if encoding.token_to_chars(token)[0] == boundary else None
+
+
+def tokenize(
+    backend: Any, prompts: list[str], fulls: list[str], max_len: int
+) -> dict[str, list[Any]]:
+    """Columns `input_ids`, `n_masked`, `truncated` for rendered rows (`render`).
 
     Tokenized in context, a row's prompt tokens are exactly what generation later sees, as
-    long as no token spans the end of the prompt. Where one does (a BPE merge of the assistant
-    header's newline with the reply's first word), that row is tokenized as prompt + reply
-    separately, so the prompt still matches what the model sees at inference.
+    long as no token spans the end of the prompt. Where one does, that row is tokenized as
+    prompt + reply separately, so the prompt still matches what the model sees at inference.
     """
-    batch = tokenizer(fulls, add_special_tokens=False, return_offsets_mapping=True)
-    all_ids, n_masked, spanning = [], [], []
-    for i, (ids, offsets) in enumerate(
-        zip(batch["input_ids"], batch["offset_mapping"], strict=True)
-    ):
-        boundary = len(prompts[i])
-        n = bisect.bisect_left([start for start, _ in offsets], boundary)
-        if n and offsets[n - 1][1] > boundary:
-            spanning.append(i)
-        all_ids.append(ids)
-        n_masked.append(n)
-    if spanning:
-        heads = tokenizer([prompts[i] for i in spanning], add_special_tokens=False)["input_ids"]
-        tails = tokenizer(
-            [fulls[i][len(prompts[i]) :] for i in spanning], add_special_tokens=False
-        )["input_ids"]
-        for i, head, tail in zip(spanning, heads, tails, strict=True):
-            all_ids[i], n_masked[i] = head + tail, len(head)
-    return all_ids, n_masked
+    encodings = backend.encode_batch(fulls, add_special_tokens=False)
+    out: dict[str, list[Any]] = {"input_ids": [], "n_masked": [], "truncated": []}
+    for prompt, full, encoding in zip(prompts, fulls, encodings, strict=True):
+        ids, n_masked = encoding.ids, _prompt_tokens(encoding, len(prompt))
+        if n_masked is None:
+            head, tail = backend.encode_batch(
+                [prompt, full[len(prompt) :]], add_special_tokens=False
+            )
+            ids, n_masked = head.ids + tail.ids, len(head.ids)
+        truncated = len(ids) > max_len
+        if truncated:
+            ids, n_masked = truncate(ids, n_masked, max_len)
+        out["input_ids"].append(ids)
+        out["n_masked"].append(n_masked)
+        out["truncated"].append(truncated)
+    return out
 
 
 def encode(tokenizer: Any, conversations: list[list[dict[str, str]]], max_len: int) -> Encoded:
     """Tokenize rows in batched calls; mask everything before the learned turn; truncate."""
     prompts, fulls = render(tokenizer, conversations)
-    out = Encoded([], [])
     if not fulls:
-        return out
-    for ids, n_masked in zip(*_split_at_prompt(tokenizer, fulls, prompts), strict=True):
-        if len(ids) > max_len:
-            ids, n_masked = truncate(ids, n_masked, max_len)
-            out.truncated_rows += 1
-        out.input_ids.append(ids)
-        out.n_masked.append(n_masked)
-    return out
+        return Encoded([], [])
+    columns = tokenize(fast_backend(tokenizer)[0], prompts, fulls, max_len)
+    return Encoded(columns["input_ids"], columns["n_masked"], sum(columns["truncated"]))
 
 
 @dataclass
 class SftData:
-    """A run's rows as read (for samples) and as tokenized (for training and evaluation)."""
+    """A run's rows as tokenized (for training and evaluation) and as read (for samples).
+
+    The rows are read when first asked for: a cached encoding (token_cache) does not read
+    the data files, and only the end of a run needs the conversations.
+    """
 
     tokenizer: Any
-    train_rows: list[list[dict[str, str]]]
-    eval_rows: list[list[dict[str, str]]]
+    run_dir: Path
     train: Encoded
     held_out: Encoded
+
+    @functools.cached_property
+    def train_rows(self) -> list[list[dict[str, str]]]:
+        return read_conversations(self.run_dir, "train")
+
+    @functools.cached_property
+    def eval_rows(self) -> list[list[dict[str, str]]]:
+        return read_conversations(self.run_dir, "eval")
 
     @property
     def pad_id(self) -> int:
@@ -206,13 +287,9 @@ class SftData:
 
 
 def load(run_dir: str | os.PathLike[str], tokenizer: Any, max_len: int) -> SftData:
-    """Read data/train.jsonl and data/eval.jsonl and tokenize both."""
-    train_rows = read_conversations(run_dir, "train")
-    eval_rows = read_conversations(run_dir, "eval")
-    return SftData(
-        tokenizer,
-        train_rows,
-        eval_rows,
-        encode(tokenizer, train_rows, max_len),
-        encode(tokenizer, eval_rows, max_len),
-    )
+    """Tokenize data/train.jsonl and data/eval.jsonl, or load them from the run's cache."""
+    from dragonfarm_core.trainers import token_cache
+
+    train = token_cache.encode_split(run_dir, "train", tokenizer, max_len)
+    held_out = token_cache.encode_split(run_dir, "eval", tokenizer, max_len)
+    return SftData(tokenizer, Path(run_dir), train, held_out)

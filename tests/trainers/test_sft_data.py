@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import bisect
 import json
+import random
 
 import pytest
+from conftest import BUNDLED
+from tokenizers import Tokenizer
 from trainer_fixtures import support_conversations
 from transformers import AutoTokenizer
 
@@ -19,8 +23,100 @@ def tokenizer(tiny_model_dir):
     return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
+@pytest.fixture(scope="module")
+def bundled_tokenizer(tiny_model_dir):
+    """The bundled model's tokenizer (its Metaspace keeps a text whole: the split rewrite)."""
+    return AutoTokenizer.from_pretrained(BUNDLED if BUNDLED.is_dir() else tiny_model_dir)
+
+
 def _ids(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _reference_encode(tokenizer, conversations, max_len):
+    """The encoder as it was before the Rust backend was called directly: transformers' own
+    batched call with offsets, the prompt end found by bisecting the token starts."""
+    prompts, fulls = sft_data.render(tokenizer, conversations)
+    batch = tokenizer(fulls, add_special_tokens=False, return_offsets_mapping=True)
+    out = sft_data.Encoded([], [])
+    for prompt, full, ids, offsets in zip(
+        prompts, fulls, batch["input_ids"], batch["offset_mapping"], strict=True
+    ):
+        boundary = len(prompt)
+        n = bisect.bisect_left([start for start, _ in offsets], boundary)
+        if n and offsets[n - 1][1] > boundary:
+            head, tail = _ids(tokenizer, prompt), _ids(tokenizer, full[boundary:])
+            ids, n = head + tail, len(head)
+        if len(ids) > max_len:
+            ids, n = sft_data.truncate(ids, n, max_len)
+            out.truncated_rows += 1
+        out.input_ids.append(ids)
+        out.n_masked.append(n)
+    return out
+
+
+def varied_conversations(n: int) -> list[list[dict[str, str]]]:
+    """Support rows, multi-turn rows, system prompts, odd characters and spacing, an empty
+    reply, and the reply that makes a token span the prompt end."""
+    rng = random.Random(3)
+    words = [
+        "router",
+        "reset",
+        "",
+        "light\tcable",
+        "héllo",
+        "日本語",
+        "🙂",
+        "ok?!",
+        "a\n\nb",
+        "",
+        "",
+        "spaced",
+    ]
+    rows = [r["messages"] for r in support_conversations(n)]
+    for i in range(n):
+        turns = [{"role": "system", "content": "Be brief."}] if i % 3 == 0 else []
+        for _ in range(1 + i % 3):
+            turns.append({"role": "user", "content": " ".join(rng.choices(words, k=9))})
+            turns.append({"role": "assistant", "content": " ".join(rng.choices(words, k=12))})
+        rows.append(turns)
+    rows.append(
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "\nMy router"}]
+    )
+    rows.append([{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}])
+    rows.append([{"role": "user", "content": " lead"}, {"role": "assistant", "content": " 🙂  "}])
+    return rows
+
+
+@pytest.mark.parametrize("which", ["tiny", "bundled"])
+@pytest.mark.parametrize("max_len", [4096, 40])
+def test_encoding_is_the_same_as_transformers_own_call(
+    tokenizer, bundled_tokenizer, which, max_len
+):
+    tok = tokenizer if which == "tiny" else bundled_tokenizer
+    conversations = varied_conversations(60)
+    expected = _reference_encode(tok, conversations, max_len)
+    got = sft_data.encode(tok, conversations, max_len)
+    assert got.input_ids == expected.input_ids
+    assert got.n_masked == expected.n_masked
+    assert got.truncated_rows == expected.truncated_rows
+    assert (max_len == 40) == (got.truncated_rows > 0)
+
+
+def test_metaspace_is_split_only_where_no_token_holds_the_replacement_inside(bundled_tokenizer):
+    if BUNDLED.is_dir():  # the bundled tokenizer keeps a text whole: the rewrite applies
+        backend, _ = sft_data.fast_backend(bundled_tokenizer)
+        assert json.loads(backend.to_str())["pre_tokenizer"]["split"] is True
+    spec = json.loads(bundled_tokenizer.backend_tokenizer.to_str())
+    spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "never",
+                             "split": False}  # fmt: skip
+    spec["model"]["vocab"]["x▁y"] = len(spec["model"]["vocab"]) + 100
+
+    class WithInnerReplacement:
+        backend_tokenizer = Tokenizer.from_str(json.dumps(spec))
+
+    backend, _ = sft_data.fast_backend(WithInnerReplacement())
+    assert json.loads(backend.to_str())["pre_tokenizer"]["split"] is False
 
 
 def test_labels_mask_prompt_and_learn_reply_token_by_token(tokenizer):
