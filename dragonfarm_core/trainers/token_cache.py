@@ -129,7 +129,10 @@ def encode_split(
     if target.is_file():
         import datasets
 
-        return as_encoded(datasets.Dataset.from_file(str(target)))
+        try:
+            return as_encoded(datasets.Dataset.from_file(str(target)))
+        except (OSError, ValueError):  # unreadable (a crash lost what the rename promised)
+            target.unlink(missing_ok=True)
     conversations = sft_data.read_conversations(run_dir, split)
     if not conversations:
         return Encoded([], [])
