@@ -6,7 +6,7 @@ the prompt, truncate at max_seq_len 512, write the Arrow cache), then the same l
 unchanged data (what a rerun or a resume pays: the cache). The baseline, in the same process:
 the plain way, one `apply_chat_template(tokenize=True)` per row (no masking, so it does less).
 The rows are synthetic and deterministic: the example tickets' texts recombined into one to
-three turns, a system prompt on some, about 240 tokens a row. `datasets` and the tokenizer
+three turns, a system prompt on some, about 317 tokens a row. `datasets` and the tokenizer
 are imported and loaded before any timing (a trainer has them loaded anyway). The last line:
 rows/s of a fresh load, that over the baseline, and the cached load's seconds.
 """
