@@ -5,9 +5,9 @@ from __future__ import annotations
 import bisect
 import json
 import random
+from pathlib import Path
 
 import pytest
-from conftest import BUNDLED
 from tokenizers import Tokenizer
 from trainer_fixtures import support_conversations
 from transformers import AutoTokenizer
@@ -16,6 +16,8 @@ from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers import sft_data
 from dragonfarm_core.trainers.common import DataError
 from dragonfarm_core.trainers.sft_data import IGNORE
+
+BUNDLED = Path(__file__).resolve().parents[2] / "assets" / "models" / "tiny-support"
 
 
 @pytest.fixture(scope="module")
