@@ -75,6 +75,10 @@ def _optional_whole(text: str) -> int | None:
     return None if text.strip().lower() in ("", "none") else _whole(text)
 
 
+def _count_or_text(text: str) -> int | str:
+    return int(text) if text.strip().isdigit() else text
+
+
 def _names(text: str) -> str | tuple[str, ...]:
     """'auto' -> 'auto'; 'q_proj, v_proj' -> ('q_proj', 'v_proj') (as the Train tab reads it)."""
     names = [part.strip() for part in text.split(",") if part.strip()]
@@ -99,6 +103,8 @@ def _argument(hint: Any, meta: Any) -> dict[str, Any]:
         return {"choices": list(meta["choices"])}
     if hint is bool:
         return {"action": argparse.BooleanOptionalAction}
+    if {int, str} <= kinds:  # Hardware.devices: a count, or GPUs ('cuda:0,1')
+        return {"type": _count_or_text, "metavar": "N|cuda:I,J"}
     if kinds & {int, float}:
         if float in kinds:
             return {"type": _number, "metavar": "N"}

@@ -254,6 +254,8 @@ def test_grpo_rewards_come_from_reward_flags(runs, data):
         (["--method", "dpo"], "--response does not apply to dpo"),
         (["--chosen", "reply", "--method", "sft"], "--chosen does not apply to sft"),
         (["--max-seq-len", "8"], "TrainArgs.max_seq_len"),
+        (["--devices", "0"], "Hardware.devices = 0 is not a count"),
+        (["--devices", "cuda:1,1"], "Hardware.devices = 'cuda:1,1' names a GPU twice"),
     ],
 )
 def test_a_bad_flag_is_one_line_and_exit_2_naming_it(runs, data, flags, named):

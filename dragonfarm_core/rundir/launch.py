@@ -4,6 +4,7 @@ The run directory is the job's folder and train.log its log, so a run's files ar
 always were. `start_run` spawns the trainer, by default `python -m dragonfarm_core.trainers
 RUN_DIR` (`trainer_command`), queued for the device the run's config resolves to; it refuses a
 run that is active or that has a job of its own in progress (an evaluation reads its adapter).
+A run on several devices is started from there by `accelerate launch` (`accelerate_command`).
 Liveness and cancel are the runner's, worded for a run (what to do: dragon.resume(run)).
 `child_env` and `hide_environ` are re-exported from `childenv` for the modules that start
 their own children (the inference worker, the reward helper). Pure standard library plus
@@ -35,6 +36,36 @@ RUN = jobs.Wording(
 def trainer_command(run_dir: str | os.PathLike[str]) -> list[str]:
     """The trainer entry point: waits its device turn, then trains the run's method."""
     return [sys.executable, "-m", "dragonfarm_core.trainers", str(run_dir)]
+
+
+def accelerate_command(run_dir: str | os.PathLike[str], config: dict[str, Any]) -> list[str] | None:
+    """How the trainer starts a run of several processes, once the queue gave it its turn:
+    `accelerate launch` running `python -m dragonfarm_core.trainers RUN_DIR` in each (as a
+    rank, it skips the queue). None for a run on one device.
+
+    Without an accelerate config file: plain DDP, one process per GPU (the GPUs the queue
+    reserved, as the machine numbers them) or the CPU processes asked for, on a free port
+    accelerate picks. With one (FSDP, DeepSpeed, several machines), the file decides.
+    """
+    hardware = config.get("hardware") or {}
+    devices, given = hardware.get("devices"), hardware.get("accelerate_config")
+    used = queue.run_devices(hardware)
+    processes = devices if isinstance(devices, int) else len(used)
+    if devices is None or (processes == 1 and not given):
+        return None
+    command = [sys.executable, "-m", "accelerate.commands.launch"]
+    if given:
+        command += ["--config_file", str(given)]
+    else:
+        command += ["--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
+                    "--mixed_precision", "no", "--dynamo_backend", "no",
+                    "--main_process_port", "0"]  # fmt: skip
+        if used[0].startswith("cuda"):
+            command += ["--gpu_ids", ",".join(d.removeprefix("cuda:") for d in used)]
+        elif not os.environ.get("OMP_NUM_THREADS"):  # accelerate's default is 1 a process
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+            command += ["--num_cpu_threads_per_process", str(max(1, cores // processes))]
+    return [*command, "-m", "dragonfarm_core.trainers", str(run_dir)]
 
 
 def _job(run_dir: str | os.PathLike[str], name: str = "") -> jobs.Job:

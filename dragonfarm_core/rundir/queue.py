@@ -3,7 +3,8 @@ training and an evaluation) never share one device of this machine.
 
 A job's queue key is the device it will use, resolved as the trainer resolves it but without
 importing torch: "cpu", "mps", or "cuda:<gpu>", where <gpu> is the GPU as the machine numbers it
-(the entry of CUDA_VISIBLE_DEVICES when that is set). So device="auto" on a CPU-only machine
+(the entry of CUDA_VISIBLE_DEVICES when that is set); a run on several GPUs
+(`Hardware(devices=...)`) has them all, comma-separated, and waits while any is taken. So device="auto" on a CPU-only machine
 queues with device="cpu", and runs pinned to different GPUs do not wait for each other. Only
 jobs started with a device (`jobs.start(..., device=key)`) queue: a training run, an
 evaluation recompute; a job that needs no device starts at once.
@@ -172,9 +173,36 @@ def devices(environ: Mapping[str, str] | None = None) -> list[str]:
     return found + [f"cuda:{i}" for i in range(len(visible))]
 
 
+def run_devices(hardware: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> list[str]:
+    """Every device a run with these Hardware settings (config.json's "hardware") trains on,
+    resolved as `resolve_device` does: one for a run on one device; each GPU of a run with
+    `devices` (a count: the first that many of `device`'s GPUs); "cpu" once for several CPU
+    processes, which share the CPU as one queue.
+
+    >>> run_devices({"device": "cuda", "devices": "cuda:1,3"}, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
+    ['cuda:5', 'cuda:7']
+    >>> run_devices({"device": "cpu", "devices": 2})
+    ['cpu']
+    """
+    device, devices = hardware.get("device") or "auto", hardware.get("devices")
+    first = resolve_device(device, environ)
+    if devices is None or not first.startswith("cuda"):
+        return [first]
+    if isinstance(devices, int):
+        ids: list[str] = [str(i) for i in range(devices)]
+    else:
+        ids = str(devices).removeprefix("cuda:").split(",")
+    return [resolve_device(f"cuda:{i}", environ) for i in ids]
+
+
 def queue_key(config: dict[str, Any]) -> str:
-    """The run's queue: the device it will train on (see `resolve_device`)."""
-    return resolve_device((config.get("hardware") or {}).get("device") or "auto")
+    """The run's queue: the devices it will train on (`run_devices`), comma-separated; a run
+    waits while any of them is taken."""
+    return ",".join(run_devices(config.get("hardware") or {}))
+
+
+def _overlap(one: Any, other: Any) -> bool:
+    return bool(set(str(one).split(",")) & set(str(other).split(",")))
 
 
 @contextlib.contextmanager
@@ -286,10 +314,11 @@ def _place(ticket: dict[str, Any]) -> tuple[float, str]:
 
 
 def _competition(tickets: Path, mine: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(run dirs queued before us, run dirs running) on our device, from every runs dir."""
+    """(run dirs queued before us, run dirs running) on any of our devices, from every runs
+    dir."""
     ahead, running = [], []
     for other in _live_tickets(tickets):
-        if other.get("pid") == mine["pid"] or other.get("key") != mine["key"]:
+        if other.get("pid") == mine["pid"] or not _overlap(other.get("key"), mine["key"]):
             continue
         if other.get("state") == "running":
             running.append(str(other.get("run_dir")))

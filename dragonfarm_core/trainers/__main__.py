@@ -9,6 +9,11 @@ imports the trainer for the run's method (its `trainer` in `methods.METHODS`) an
 `main(run_dir)`; as it ends it leaves the queue. Tests replace that module with
 `DRAGONFARM_TRAINER_MODULE`. Whatever escapes the trainer, the run ends marked failed with the
 log's tail: no run stays "running" after its process has ended.
+
+A run on several devices (`Hardware(devices=...)`): once the queue gave it its turn, this
+process starts `accelerate launch` (`launch.accelerate_command`), which runs this module again
+in each of the run's processes, and waits for it; it keeps the run's pid and queue ticket. In
+those processes (RANK set) the queue is skipped and the trainer runs; its rank 0 writes.
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import subprocess
 import sys
 import traceback
 from pathlib import Path
 
 from dragonfarm_core.methods import method
-from dragonfarm_core.rundir import files, queue
+from dragonfarm_core.rundir import files, launch, queue
 from dragonfarm_core.trainers import threads
 from dragonfarm_core.trainers.log_noise import quiet_library_noise
 
@@ -75,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     run_dir = Path(argv[0]).resolve()
     quiet_library_noise()  # train.log is what the Monitor shows: no library internals in it
+    if "RANK" in os.environ:  # one of the processes `accelerate launch` started
+        return _train_rank(run_dir)
     try:
         return _train(run_dir)
     finally:
@@ -86,6 +94,9 @@ def _train(run_dir: Path) -> int:
     try:
         if not queue.wait_turn(run_dir):
             return 0
+        ranks = launch.accelerate_command(run_dir, files.read_config(run_dir))
+        if ranks is not None:
+            return _launch_ranks(run_dir, ranks)
         threads.before_torch()  # OpenMP reads its wait policy when torch loads it
         module = importlib.import_module(trainer_module(files.read_config(run_dir)))
         if "torch" in sys.modules:  # a stand-in trainer (tests) may not use torch
@@ -101,6 +112,30 @@ def _train(run_dir: Path) -> int:
         _fail(run_dir, exc)
         return 1
     _settle(run_dir)
+    return 0
+
+
+def _launch_ranks(run_dir: Path, command: list[str]) -> int:
+    """Run the processes of a multi-device run and wait for them; their output goes to this
+    process's (train.log)."""
+    print(f"[dragonfarm] starting: {' '.join(command)}", flush=True)
+    code = subprocess.call(command)
+    if code != 0:
+        _fail(run_dir, RuntimeError(f"accelerate launch exited with status {code}."))
+        return 1
+    _settle(run_dir)
+    return 0
+
+
+def _train_rank(run_dir: Path) -> int:
+    """One process of a multi-device run: the trainer, without the queue (the launcher holds
+    the run's turn). A failure propagates: rank 0 records it, the launcher sees the exit."""
+    threads.before_torch()
+    module = importlib.import_module(trainer_module(files.read_config(run_dir)))
+    line = threads.apply()  # accelerate sets OMP_NUM_THREADS per process (1 unless given)
+    if os.environ["RANK"] == "0":
+        print(line, flush=True)
+    module.main(str(run_dir))
     return 0
 
 

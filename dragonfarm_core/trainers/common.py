@@ -56,6 +56,17 @@ class Placement:
         return str(self.dtype).removeprefix("torch.")
 
 
+def process_rank() -> int:
+    """This process's rank in a run of several processes (`accelerate launch` sets RANK, as
+    torchrun does); 0 for a run in one process. Only rank 0 writes the run's files."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def process_count() -> int:
+    """How many processes train the run together (WORLD_SIZE; 1 alone)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def resolve_placement(hardware: Hardware) -> Placement:
     """Turn `Hardware` into a device and the dtype of the frozen base weights.
 
@@ -67,6 +78,9 @@ def resolve_placement(hardware: Hardware) -> Placement:
     name = hardware.device
     if name == "auto":
         name = "cuda" if cuda else "mps" if mps else "cpu"
+    if name.startswith("cuda") and "LOCAL_RANK" in os.environ:
+        # One process per GPU: accelerate made the run's GPUs the visible ones, in order.
+        name = f"cuda:{os.environ['LOCAL_RANK']}"
     gpu = name.partition(":")[2]  # "cuda:1": that GPU of the visible ones
     if name.startswith("cuda") and not cuda:
         raise SettingsError(
@@ -141,10 +155,15 @@ class RunReporter:
     rewrite status.json, and a read-modify-write from each at once would lose a field. Every
     field this reporter wrote goes into each write again, so a status.json that was damaged
     (and is then replaced by the write, see files.update_status) comes back whole.
+
+    In a run of several processes only rank 0's reporter writes (`writes`); the others still
+    see a cancel request. The status keeps the launcher's pid there: that process (`python -m
+    dragonfarm_core.trainers`, holding the queue's ticket) is the run's, the ranks its children.
     """
 
     def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.run_dir = Path(run_dir)
+        self.writes = process_rank() == 0
         self._written: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -152,23 +171,27 @@ class RunReporter:
         self._signalled = False
 
     def update(self, **fields: Any) -> None:
+        if not self.writes:
+            return
         with self._lock:
             self._written.update(fields)
             files.update_status(self.run_dir, **self._written, heartbeat=files.now_iso())
 
     def start(self) -> None:
         """Mark the run running, clear an earlier failure, and start the heartbeat."""
+        mine = {} if "RANK" in os.environ else {"pid": os.getpid()}
         self.update(
             state="running",
-            pid=os.getpid(),
+            **mine,
             started_at=files.now_iso(),
             finished_at=None,
             reason=None,
             error=None,
             log_tail=None,
         )
-        self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
-        self._thread.start()
+        if self.writes:
+            self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+            self._thread.start()
         with contextlib.suppress(ValueError):  # signal handlers only install on the main thread
             signal.signal(signal.SIGTERM, self._on_sigterm)
 
@@ -185,7 +208,8 @@ class RunReporter:
 
     def progress(self, **values: Any) -> None:
         """Append a progress row; every column is present, missing values are null."""
-        files.append_progress(self.run_dir, dict.fromkeys(PROGRESS_COLUMNS) | values)
+        if self.writes:
+            files.append_progress(self.run_dir, dict.fromkeys(PROGRESS_COLUMNS) | values)
 
     def finish(self, state: str, **fields: Any) -> None:
         self._stop.set()
@@ -193,11 +217,14 @@ class RunReporter:
             self._thread.join()
         self.update(state=state, finished_at=files.now_iso(), phase=None,
                     peak_memory_mib=peak_memory_mib(), **fields)  # fmt: skip
-        if state == "cancelled":
+        if state == "cancelled" and self.writes:
             files.clear_cancel(self.run_dir)
 
     def fail(self, exc: BaseException) -> None:
         """Record the failure: reason, one-line error, and the log tail with the traceback."""
+        if not self.writes:
+            self.finish("failed")  # stops the heartbeat; rank 0 (or the launcher) records it
+            return
         trace = traceback.format_exception(exc)
         lines = files.read_log_tail(self.run_dir, LOG_TAIL_LINES)
         # The traceback reaches train.log only when the process exits, so add it here.

@@ -20,7 +20,7 @@ from typing import Any
 from dragonfarm_core.rundir.status_schema import FINISHING
 from dragonfarm_core.trainers import checkpoint, modeling
 from dragonfarm_core.trainers.batching import StepPlan, plan_steps
-from dragonfarm_core.trainers.common import Placement, RunReporter, TrainState
+from dragonfarm_core.trainers.common import Placement, RunReporter, TrainState, process_count
 from dragonfarm_core.trainers.config import TrainConfig
 from dragonfarm_core.trainers.optim import Optimization, build_optimization
 
@@ -45,7 +45,9 @@ def model_and_plan(
     model = modeling.load_model(config.model, placement, quantized)
     model = modeling.add_lora(model, config.lora, args.seed, args.gradient_checkpointing, quantized)
     model.train()
-    plan = plan_steps(n_rows, args.batch_size, args.grad_accum, args.epochs, args.max_steps)
+    # batch_size is per process: a run on several devices takes that many rows a pass each.
+    rows_per_pass = args.batch_size * process_count()
+    plan = plan_steps(n_rows, rows_per_pass, args.grad_accum, args.epochs, args.max_steps)
     trainable, total = modeling.count_params(model)
     report.update(
         device=str(placement.device),

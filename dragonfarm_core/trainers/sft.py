@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.trainers import evaluation, lifecycle, modeling, sft_data, trl_run
-from dragonfarm_core.trainers.common import reported_run, resolve_placement
+from dragonfarm_core.trainers.common import process_count, reported_run, resolve_placement
 from dragonfarm_core.trainers.config import load_config
 from dragonfarm_core.trainers.sft_data import Encoded
 
@@ -33,18 +33,18 @@ def learned_positions_loss(trainer_class: type) -> type:
     is learned (modeling.label_loss). SFTTrainer's fused head does that only on Triton devices;
     on a CPU it projects every position, prompt and padding included, and recomputes the
     logits in its backward: bench/train_throughput.py measured this override 1.3x faster on
-    the bundled model (2,644 -> 3,504 real tokens/s; the hand-written loop before it: 3,452)."""
+    the bundled model (2,644 -> 3,504 real tokens/s; the hand-written loop before it: 3,452).
+    In a run of several processes the model is wrapped in DistributedDataParallel, whose own
+    forward must run for the gradients to be averaged: there SFTTrainer's loss is used (the
+    same loss, every position projected)."""
 
     class LearnedPositions(trainer_class):
         def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
                          num_items_in_batch: Any = None) -> Any:  # fmt: skip
-            if return_outputs or not model.training:
+            if return_outputs or not model.training or self.accelerator.num_processes > 1:
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             loss, learned = modeling.label_loss(model, inputs)
-            loss = loss / (learned if num_items_in_batch is None else num_items_in_batch)
-            if self.args.average_tokens_across_devices and num_items_in_batch is not None:
-                loss = loss * self.accelerator.num_processes  # as SFTTrainer: DDP averages
-            return loss
+            return loss / (learned if num_items_in_batch is None else num_items_in_batch)
 
     return LearnedPositions
 
@@ -101,15 +101,20 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         )
         # progress.jsonl has the rows; train.log stays readable without Trainer's printed dicts
         trainer.remove_callback(PrinterCallback)
-        print(
-            f"Training {config.model.name} on {placement.device} ({placement.dtype_name}): "
-            f"{len(data.train)} rows, {plan.total_steps} steps, "
-            f"{trainable:,} of {total:,} parameters trainable.",
-            flush=True,
-        )
+        processes = f", {process_count()} processes" if process_count() > 1 else ""
+        if report.writes:
+            print(
+                f"Training {config.model.name} on {placement.device} ({placement.dtype_name}"
+                f"{processes}): "
+                f"{len(data.train)} rows, {plan.total_steps} steps, "
+                f"{trainable:,} of {total:,} parameters trainable.",
+                flush=True,
+            )
 
         cancelled = trl_run.train(trainer, run_dir, callback)
         state = callback.state
+        if not report.writes:  # one of several processes: rank 0 writes the results
+            return "cancelled" if cancelled else "succeeded"
         metrics = lifecycle.stop(run_dir, report, model, state, cancelled)
         if metrics is None:
             return "cancelled"

@@ -14,6 +14,12 @@ cancel request (the cancel file, or SIGTERM) into a checkpoint and a stop. Train
 marker, last, and prunes to the last two itself (marker first), so a kill at any moment leaves
 no checkpoint that looks complete with a file missing (checkpoint.latest_checkpoint removes the
 rest). A NaN or infinite step loss stops the run with NonFiniteLoss.
+
+In a run of several processes (`Hardware(devices=...)`, under `accelerate launch`) every
+process has the callback, and only rank 0 writes: the progress rows, status.json, the held-out
+measures and the checkpoint marker (after every process has written its part). Each step's
+loss and token counts are summed over the processes, and so is the cancel request, so that
+all of them stop at the same step.
 """
 
 from __future__ import annotations
@@ -29,7 +35,13 @@ from transformers import TrainerCallback
 from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers import checkpoint
 from dragonfarm_core.trainers.batching import PAD_MULTIPLE
-from dragonfarm_core.trainers.common import Placement, RunReporter, Stopwatch, TrainState
+from dragonfarm_core.trainers.common import (
+    Placement,
+    RunReporter,
+    Stopwatch,
+    TrainState,
+    process_count,
+)
 from dragonfarm_core.trainers.config import TrainConfig
 
 RUN_STATE = "dragonfarm_state.json"  # in each checkpoint: TrainState and the run's settings
@@ -82,6 +94,9 @@ def arguments(
         bf16=placement.dtype_name == "bfloat16",
         fp16=placement.dtype_name == "float16",
         use_cpu=placement.device.type == "cpu",
+        # Several CPU processes talk over gloo (one process has no process group at all).
+        ddp_backend="gloo" if placement.device.type == "cpu" and process_count() > 1 else None,
+        ddp_find_unused_parameters=False,  # every LoRA weight takes part in every forward
         # Rows of similar length share a batch: almost no padding, still a random order.
         train_sampling_strategy="group_by_length",
         # oneDNN caches a kernel per matmul shape: with exact widths bf16 training on a CPU
@@ -122,6 +137,7 @@ class RunCallback(TrainerCallback):
         self.state = TrainState()
         self.cancelled = False
         self._step_loss = 0.0
+        self._step_tokens = [0, 0]  # real tokens, token slots
         self._clock = Stopwatch(0.0, 0)
         self._eval_every = 1
 
@@ -130,8 +146,8 @@ class RunCallback(TrainerCallback):
     def add_micro_batch(self, loss: float, tokens: int, slots: int) -> None:
         """One forward/backward: its share of the step loss, real tokens and token slots."""
         self._step_loss += loss
-        self.state.tokens += tokens
-        self.state.slots += slots
+        self._step_tokens[0] += tokens
+        self._step_tokens[1] += slots
 
     def resume_from(self, path: Path) -> None:
         """Continue the counters saved with the checkpoint at `path` (refused when the
@@ -145,25 +161,33 @@ class RunCallback(TrainerCallback):
         self._eval_every = self.config.extra.eval_steps or max(1, math.ceil(state.max_steps / 4))
         self.report.update(total_steps=state.max_steps, step=state.global_step,
                            epoch=round(state.epoch or 0.0, 4))  # fmt: skip
-        if state.global_step == 0 and self.evaluate is not None:  # the untrained adapter
+        if state.global_step == 0 and self.evaluate and state.is_world_process_zero:
+            # the untrained adapter
             self._progress(step=0, epoch=0.0, elapsed_s=0.0, **self.evaluate(model))
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any):
-        loss, self._step_loss = self._step_loss, 0.0
+        loss, tokens, slots, cancel = _summed(
+            args, self._step_loss, *self._step_tokens, self.report.cancel_requested()
+        )
+        self._step_loss, self._step_tokens = 0.0, [0, 0]
         self.state.step = state.global_step
-        self.state.record(loss, 0, 0)  # NonFiniteLoss on NaN/inf; tokens counted per batch
+        # Trainer scales each process's loss by the process count (DDP averages the gradients):
+        # their mean is the step's loss.
+        loss /= args.world_size
+        self.state.record(loss, int(tokens), int(slots))  # NonFiniteLoss on NaN/inf
         self.state.elapsed_s = self._clock.elapsed()
         if state.global_step == state.max_steps:
             control.should_log = True  # the curve always ends at the last step
             # Trainer also saves at the end; the adapter is saved then anyway, and a finished
             # run is not resumed, so only the save_steps checkpoints are kept, as before.
             control.should_save = state.global_step % args.save_steps == 0
-        if self.report.cancel_requested():
+        if cancel:  # any process's request stops them all at the same step
             self.cancelled = True
             control.should_save = control.should_training_stop = True
         step = state.global_step
         self.report.update(step=step, epoch=round(state.epoch, 4))
-        if step % self._eval_every == 0 and step < state.max_steps and self.evaluate:
+        due = step % self._eval_every == 0 and step < state.max_steps
+        if due and self.evaluate and state.is_world_process_zero:
             self._progress(step=step, epoch=round(state.epoch, 4),
                            elapsed_s=round(self._clock.elapsed(), 2),
                            **self.evaluate(model))  # fmt: skip
@@ -187,11 +211,31 @@ class RunCallback(TrainerCallback):
         self.report.progress(**(dict.fromkeys(self.columns) | values))
 
     def on_save(self, args: Any, state: Any, control: Any, **kw: Any):
+        if args.world_size > 1:
+            import torch
+
+            # Every process writes its part of the checkpoint (its RNG state): the marker
+            # comes once all of them have.
+            torch.distributed.barrier()
+        if not state.is_world_process_zero:
+            return
         path = files.checkpoint_dir(self.run_dir, state.global_step)
         checkpoint.write_state(path / RUN_STATE, self.state, self.config.raw)
         checkpoint.fsync_tree(path)
         files.mark_checkpoint_complete(path)
         checkpoint.prune(self.run_dir)
+
+
+def _summed(args: Any, *values: float) -> list[float]:
+    """`values` added up over the run's processes (one all-reduce a step); as they are when
+    the run has one process."""
+    if args.world_size == 1:
+        return [float(v) for v in values]
+    import torch
+
+    summed = torch.tensor(values, dtype=torch.float64, device=args.device)
+    torch.distributed.all_reduce(summed)
+    return summed.tolist()
 
 
 def counted(trainer_class: type) -> type:
@@ -215,9 +259,12 @@ def train(trainer: Any, run_dir: Path, callback: RunCallback) -> bool:
     """Train from the newest complete checkpoint (or from the start); True when cancelled.
     The progress rows logged after that checkpoint are dropped, so the curve goes on without
     a gap or a repeat."""
-    latest = checkpoint.latest_checkpoint(run_dir)
+    # Rank 0 removes what a killed save left, then the other processes look.
+    with trainer.args.main_process_first(local=False, desc="finding the checkpoint"):
+        latest = checkpoint.latest_checkpoint(run_dir)
     if latest is not None:
         callback.resume_from(latest)
-        checkpoint.trim_progress(run_dir, latest, callback.state.step)
+        if trainer.is_world_process_zero():
+            checkpoint.trim_progress(run_dir, latest, callback.state.step)
     trainer.train(resume_from_checkpoint=str(latest) if latest else None)
     return callback.cancelled
