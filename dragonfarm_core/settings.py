@@ -94,7 +94,8 @@ def check_numbers(obj: Any, prefix: str | None = None) -> None:
             raise SettingsError(f"{where} = {value} is above the maximum {hi}; use {use}.")
 
 
-def _check_choice(obj: Any, name: str) -> None:
+def check_choice(obj: Any, name: str) -> None:
+    """Refuse a value of the field `name` that is not one of its metadata's choices."""
     meta = next(f.metadata for f in dataclasses.fields(obj) if f.name == name)
     value = getattr(obj, name)
     if value not in meta["choices"]:
@@ -219,8 +220,8 @@ class Hardware:
     def __post_init__(self) -> None:
         # "cuda:1": one GPU of several, each its own queue (the Train tab lists those found).
         if not (isinstance(self.device, str) and _ONE_GPU.fullmatch(self.device)):
-            _check_choice(self, "device")
-        _check_choice(self, "dtype")
+            check_choice(self, "device")
+        check_choice(self, "dtype")
         if not isinstance(self.load_in_4bit, bool):
             raise SettingsError("Hardware.load_in_4bit must be True or False.")
         if self.load_in_4bit and self.device in ("cpu", "mps"):

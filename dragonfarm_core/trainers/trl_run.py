@@ -133,6 +133,11 @@ class RunCallback(TrainerCallback):
         self.state.tokens += tokens
         self.state.slots += slots
 
+    def add_tokens(self, tokens: int, slots: int) -> None:
+        """Tokens counted outside a micro-batch (GRPO's rollouts: the completions)."""
+        self.state.tokens += tokens
+        self.state.slots += slots
+
     def resume_from(self, path: Path) -> None:
         """Continue the counters saved with the checkpoint at `path` (refused when the
         checkpoint was trained with other settings)."""
@@ -199,7 +204,8 @@ def counted(trainer_class: type) -> type:
 
     class Counted(trainer_class):
         def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None):
-            mask = inputs.get("attention_mask")
+            # GRPO's inputs are prompt rows until it samples: its rollouts count their tokens
+            mask = inputs.get("attention_mask") if isinstance(inputs, dict) else None
             tokens, slots = (int(mask.sum()), mask.numel()) if mask is not None else (0, 0)
             loss = super().training_step(model, inputs, num_items_in_batch)
             for callback in self.callback_handler.callbacks:
