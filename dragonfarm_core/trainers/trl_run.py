@@ -18,6 +18,7 @@ rest). A NaN or infinite step loss stops the run with NonFiniteLoss.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -99,6 +100,9 @@ def arguments(
         dataloader_pin_memory=placement.device.type == "cuda",
         remove_unused_columns=False,
     )
+    if "pad_to_multiple_of" not in {f.name for f in dataclasses.fields(config_class)}:
+        # ORPOConfig has no such option: its batches come from our collate, which pads so.
+        del common["pad_to_multiple_of"]
     return config_class(**(common | method))
 
 
