@@ -1,15 +1,15 @@
-"""python bench/dpo_throughput.py [--steps 12] [--model PATH]
+"""python bench/dpo_throughput.py [--method dpo|orpo] [--steps 12] [--model PATH]
 
-LoRA DPO speed and memory: dragonfarm's DPO trainer against a plain TRL `DPOTrainer` script with
-its defaults, on the bundled model and pairs made from the example tickets (chosen: the ticket's
+LoRA DPO (or ORPO) speed and memory: dragonfarm's DPO trainer against a plain TRL `DPOTrainer`
+script with its defaults (ORPO: ours against `trl.experimental.orpo.ORPOTrainer`), on the bundled model and pairs made from the example tickets (chosen: the ticket's
 reply; rejected: the same advice as a rambling paragraph, bench/outcomes.py's `rambling`). Both
 arms get the same LoRA (r=16, alpha=32, dropout 0.05, all linear layers), beta 0.1, seed,
 max_length, batch size (pairs), gradient accumulation, learning rate and number of optimizer
-steps; the reference is the model with the adapter off on both sides. Each arm runs in its own
+steps; the reference is the model with the adapter off on both sides (ORPO has none). Each arm runs in its own
 subprocess, so peak RSS is its own. Pairs/s counts the pairs trained on over the training loop
-(model loading and tokenization excluded). This is the measurement to make before DPO moves onto
-TRL (issue 16): TRL's fused LM head scores every position on a CPU, for the policy and for the
-reference. The last line holds the ratios, ours over TRL.
+(model loading and tokenization excluded). TRL's fused LM head scores every position on a CPU,
+for the policy and for the reference; ORPOTrainer's forward projects every position too. The
+last line holds the ratios, ours over TRL.
 """
 
 from __future__ import annotations
@@ -53,15 +53,17 @@ def ticket_pairs() -> list[dict[str, Any]]:
 
 
 def run_ours(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """dragonfarm's DPO trainer, in this process, through the same main() a run executes."""
-    from dragonfarm_core.trainers import dpo
+    """dragonfarm's DPO or ORPO trainer, in this process, through the main() a run executes."""
+    import importlib
+
+    trainer = importlib.import_module(f"dragonfarm_core.trainers.{opts.method}")
 
     run_dir = work / "ours-run"
     files.write_jsonl(files.data_path(run_dir, "train"), ticket_pairs())
     files.write_config(
         run_dir,
         {
-            "schema": 1, "id": "bench", "name": "bench", "method": "dpo",
+            "schema": 1, "id": "bench", "name": "bench", "method": opts.method,
             "model": {"name": opts.model.name, "base": str(opts.model), "adapters": []},
             "lora": LORA, "hardware": {"device": "cpu", "dtype": "auto"}, "n_samples": 0,
             "method_args": {"beta": BETA},
@@ -73,21 +75,25 @@ def run_ours(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
             },
         },
     )  # fmt: skip
-    dpo.main(run_dir)
+    trainer.main(run_dir)
     metrics = files.read_status(run_dir)["metrics"]
     return {"seconds": metrics["train_runtime_s"], "train_loss": metrics["train_loss"]}
 
 
 def run_trl(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """A plain TRL script: DPOTrainer with its defaults and the shared settings."""
+    """A plain TRL script: DPOTrainer (or ORPOTrainer) with its defaults and the shared
+    settings."""
     import math
 
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoTokenizer
     from trl import DPOConfig, DPOTrainer
+    from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
-    config = DPOConfig(
+    config_class, trainer_class = {"dpo": (DPOConfig, DPOTrainer),
+                                   "orpo": (ORPOConfig, ORPOTrainer)}[opts.method]  # fmt: skip
+    config = config_class(
         output_dir=str(work / "trl-out"),
         max_steps=opts.steps,
         seed=opts.seed,
@@ -107,7 +113,7 @@ def run_trl(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
         r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
         target_modules="all-linear", task_type="CAUSAL_LM",
     )  # fmt: skip
-    trainer = DPOTrainer(
+    trainer = trainer_class(
         model=str(opts.model),
         args=config,
         train_dataset=Dataset.from_list(ticket_pairs()),
@@ -132,6 +138,7 @@ def child(opts: argparse.Namespace, arm: str, work: Path) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--method", choices=("dpo", "orpo"), default="dpo")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--grad-accum", type=int, default=2)
@@ -155,7 +162,7 @@ def main() -> None:
     arms = {arm: child(opts, arm, opts.work) for arm in ("ours", "trl")}
     pairs = opts.steps * opts.batch_size * opts.grad_accum
     print(
-        f"model {opts.model}, {opts.steps} steps of {opts.batch_size} x {opts.grad_accum} pairs, "
+        f"{opts.method}: model {opts.model}, {opts.steps} steps of {opts.batch_size} x {opts.grad_accum} pairs, "
         f"max_length {opts.max_length}, lr {opts.lr}, beta {BETA} ({time.perf_counter() - started:.0f} s)"
     )
     for name, arm in arms.items():

@@ -39,14 +39,16 @@ def _method(method: str | None, dataset: Any, rewards: Any) -> str:
 
 
 def _method_args(method: str, beta: float | None, rewards: Any, group_size: int,
-                 temperature: float, max_new_tokens: int) -> Any:  # fmt: skip
+                 temperature: float, max_new_tokens: int, loss_type: str = "dapo",
+                 scale_rewards: str = "group") -> Any:  # fmt: skip
     """The method's settings group, as prefer() and reinforce() build it."""
     if method == "grpo":
         if rewards is None:
             raise ValueError("method='grpo' needs rewards=[dragon.reward(...)], as reinforce().")
         extra = {} if beta is None else {"beta": beta}
         return GrpoArgs(rewards=check_rewards(rewards), group_size=group_size,
-                        temperature=temperature, max_new_tokens=max_new_tokens, **extra)  # fmt: skip
+                        temperature=temperature, max_new_tokens=max_new_tokens,
+                        loss_type=loss_type, scale_rewards=scale_rewards, **extra)  # fmt: skip
     if rewards is not None:
         raise ValueError(f"rewards= are for GRPO; method {method!r} takes none.")
     if METHODS[method].settings is PreferenceArgs:
@@ -73,6 +75,8 @@ def bundle(
     group_size: int = 4,
     temperature: float = 1,
     max_new_tokens: int = 128,
+    loss_type: str = "dapo",
+    scale_rewards: str = "group",
 ) -> Run:
     """Write a run as train()/prefer()/reinforce() would, and zip it for a GPU machine.
 
@@ -85,7 +89,8 @@ def bundle(
     Continue with dragon.remote(run, provider), then dragon.import_results(run, zip).
     """
     chosen = _method(method, dataset, rewards)
-    settings = _method_args(chosen, beta, rewards, group_size, temperature, max_new_tokens)
+    settings = _method_args(chosen, beta, rewards, group_size, temperature, max_new_tokens,
+                            loss_type, scale_rewards)
     spec = RunSpec(chosen, dataset, model, lora=lora, args=args, method_args=settings,
                    name=name, n_samples=n_samples, revision=revision,
                    trust_remote_code=trust_remote_code)  # fmt: skip

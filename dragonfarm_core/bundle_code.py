@@ -16,7 +16,7 @@ from typing import Any
 
 from dragonfarm_core.codegen import call_arguments, head_lines, write_script
 from dragonfarm_core.data.codegen import literal
-from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs
+from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs, ReinforceArgs
 from dragonfarm_core.spec import RunSpec
 
 
@@ -29,9 +29,7 @@ def bundle_arguments(spec: RunSpec) -> dict[str, Any]:
     }  # fmt: skip
     group = spec.method_args
     if isinstance(group, GrpoArgs):
-        out |= {"rewards": list(group.rewards), "group_size": group.group_size,
-                "beta": group.beta, "temperature": group.temperature,
-                "max_new_tokens": group.max_new_tokens}  # fmt: skip
+        out |= {"rewards": list(group.rewards), **ReinforceArgs.to_dict(group)}
     elif isinstance(group, PreferenceArgs):
         out["beta"] = group.beta
     return out

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.rewards import NEEDS_REFERENCE, TYPES, Reward, assign_names
-from dragonfarm_core.settings import SettingsError, check_numbers, setting
+from dragonfarm_core.settings import SettingsError, check_choice, check_numbers, setting
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,11 @@ class PreferenceArgs:
         return self  # nothing outside config.json to keep
 
 
+# TRL's GRPO losses that need nothing more than these settings (cispo, sapo, luspo and vespo
+# take their own parameters and sequence-level ratios).
+GRPO_LOSSES = ("dapo", "grpo", "dr_grpo", "bnpo")
+
+
 @dataclass(frozen=True)
 class ReinforceArgs:
     """GRPO's sampling settings (config.json's method_args besides the rewards).
@@ -71,9 +76,19 @@ class ReinforceArgs:
         "is the same.")  # fmt: skip
     max_new_tokens: int = setting(128, "Max new tokens", min=1, max=8192, step=1, help=
         "Longest completion; longer ones are cut and scored as they are.")  # fmt: skip
+    loss_type: str = setting("dapo", "Loss", choices=GRPO_LOSSES, help=
+        "How the token losses are averaged (TRL's loss_type): dapo over every completion token "
+        "of the step; grpo per completion first (favours short right answers); dr_grpo over a "
+        "constant, max new tokens per completion; bnpo over the micro-batch's tokens.")  # fmt: skip
+    scale_rewards: str = setting("group", "Scale rewards", choices=("group", "batch", "none"),
+        help="Divide each advantage by the standard deviation of its group's rewards (group), "
+        "of the whole step's (batch), or not at all (none, as Dr. GRPO recommends: no "
+        "difficulty bias).")  # fmt: skip
 
     def __post_init__(self) -> None:
         check_numbers(self)
+        for name in ("loss_type", "scale_rewards"):
+            check_choice(self, name)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(ReinforceArgs)}

@@ -38,6 +38,8 @@ def reinforce(
     beta: float = 0.04,
     temperature: float = 1.0,
     max_new_tokens: int = 128,
+    loss_type: str = "dapo",
+    scale_rewards: str = "group",
     lora: Lora | None = None,
     args: TrainArgs | None = None,
     hardware: Hardware = DEFAULT_HARDWARE,
@@ -51,7 +53,9 @@ def reinforce(
 ) -> Run:
     """GRPO: the model writes `group_size` completions per prompt, the rewards score them
     (summed by weight), and it is pushed towards those that beat their group's average, with a
-    KL penalty (`beta`) against the model it started from.
+    KL penalty (`beta`) against the model it started from. `loss_type` and `scale_rewards`
+    are TRL's (GRPOConfig): how token losses are averaged (dapo, grpo, dr_grpo, bnpo) and what
+    the advantages are divided by (the group's reward spread, the step's, or none).
 
     `dataset` is mapped with .map_prompts(); `model` is usually a finished run to continue from
     (train(), then prefer(), then this). args.batch_size counts prompts per micro-batch. At the
@@ -59,7 +63,8 @@ def reinforce(
     greedy replies. Returns the Run at once; with wait=True, blocks until it ends.
     """
     settings = GrpoArgs(rewards=check_rewards(rewards), group_size=group_size, beta=beta,
-                        temperature=temperature, max_new_tokens=max_new_tokens)  # fmt: skip
+                        temperature=temperature, max_new_tokens=max_new_tokens,
+                        loss_type=loss_type, scale_rewards=scale_rewards)  # fmt: skip
     spec = RunSpec(
         "grpo", dataset, model, lora=lora, args=args, hardware=hardware, method_args=settings,
         name=name, n_samples=n_samples, revision=revision, trust_remote_code=trust_remote_code,

@@ -137,8 +137,10 @@ def test_datasets_must_be_prompts_with_the_references_rewards_need(runs_root, mo
 def test_reinforce_args_carry_ui_metadata():
     meta = {f.name: f.metadata for f in ReinforceArgs.__dataclass_fields__.values()}
     assert meta["group_size"]["min"] == 2 and meta["beta"]["label"].startswith("KL")
+    assert meta["loss_type"]["choices"] == ("dapo", "grpo", "dr_grpo", "bnpo")
     assert ReinforceArgs().to_dict() == {
-        "group_size": 4, "beta": 0.04, "temperature": 1.0, "max_new_tokens": 128}  # fmt: skip
+        "group_size": 4, "beta": 0.04, "temperature": 1.0, "max_new_tokens": 128,
+        "loss_type": "dapo", "scale_rewards": "group"}  # fmt: skip
 
 
 # ---- dragon.code(run) ----------------------------------------------------------------------

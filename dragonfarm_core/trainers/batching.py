@@ -1,41 +1,25 @@
-"""Length-grouped batches and the step plan: which rows each optimizer step trains on.
+"""Batches and the step plan: how many optimizer steps a run takes, the padded batches of
+encoded rows, and length-sorted batches for the held-out measures.
 
-Random-order dynamic padding wastes about half the token slots on instruction data; packing
-moves that waste into attention on a CPU (no variable-length kernel). So rows are shuffled,
-cut into mega-chunks, sorted by length inside each chunk and batched, and the batches are
-shuffled again: almost no padding, still a random order. The order of epoch e depends only on
-(seed, e), so a resumed run finds the same batches from the step number alone.
+Training batches are TRL's: transformers' length-grouped sampler
+(train_sampling_strategy="group_by_length", trl_run.arguments) gives rows of similar length to
+a batch in a random order, so almost no padding; packing would move that waste into attention
+on a CPU (no variable-length kernel).
 """
 
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass
 
 import torch
 
 from dragonfarm_core.trainers.sft_data import IGNORE, Encoded
 
-MEGA_CHUNK_BATCHES = 50
 # Batch widths are rounded up to a multiple of this. oneDNN builds and caches a kernel per
 # matmul shape: with exact widths, bf16 training on a CPU grew by ~12 MB per new length
 # (1.3 GB after 40 steps of a 6M model, against 0.87 GB rounded). Costs < 16 pad slots a row.
 PAD_MULTIPLE = 16
-
-
-def grouped_batches(lengths: list[int], batch_size: int, seed: int, epoch: int) -> list[list[int]]:
-    """Row indices per batch for one epoch: shuffled, length-grouped within mega-chunks."""
-    rng = random.Random(f"{seed}:{epoch}")
-    order = list(range(len(lengths)))
-    rng.shuffle(order)
-    chunk = batch_size * MEGA_CHUNK_BATCHES
-    batches = []
-    for start in range(0, len(order), chunk):
-        rows = sorted(order[start : start + chunk], key=lambda i: lengths[i], reverse=True)
-        batches += [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]
-    rng.shuffle(batches)
-    return batches
 
 
 def sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
@@ -61,12 +45,6 @@ class StepPlan:
     @property
     def steps_per_epoch(self) -> int:
         return math.ceil(self.batches_per_epoch / self.grad_accum)
-
-    def locate(self, step: int) -> tuple[int, slice]:
-        """(epoch, slice of that epoch's batches) of the 1-based optimizer step."""
-        epoch, k = divmod(step - 1, self.steps_per_epoch)
-        start = k * self.grad_accum
-        return epoch, slice(start, min(start + self.grad_accum, self.batches_per_epoch))
 
     def epoch_at(self, step: int) -> float:
         """Epochs completed after `step` optimizer steps."""

@@ -1,37 +1,27 @@
 """Resumable checkpoints and the final adapter, both made visible only when complete.
 
-A checkpoint is written under a temp name in checkpoints/, flushed to disk, given its COMPLETE
-marker last (files.mark_checkpoint_complete), then renamed to checkpoint-<step>: a trainer
-killed mid-save leaves only a temp folder, which the next start removes. Pruning removes the
-marker first (files.remove_checkpoint), so a kill mid-prune leaves a folder that is no longer
-a checkpoint, never one that looks complete with a file missing; the next start removes it. It holds the adapter (peft format), the optimizer, scheduler and grad scaler states,
-the RNG states (python, numpy, torch) and trainer_state.json (the loop's TrainState: step,
-elapsed time, loss and token counters; and the settings it was trained with). The last two are kept. The data position needs no field:
-the batches of a step follow from (seed, step) alone, see batching.StepPlan.
+Trainer writes each checkpoint-<step> (adapter, optimizer, scheduler, RNG states, its
+trainer_state.json); trl_run.RunCallback then adds the run's own state (`write_state`: the
+loop's TrainState and the settings it was trained with), flushes it to disk and writes the
+COMPLETE marker last (files.mark_checkpoint_complete). Pruning to the last two removes the
+marker first (files.remove_checkpoint), so a kill mid-save or mid-prune leaves a folder that
+is no checkpoint, never one that looks complete with a file missing; `latest_checkpoint`
+removes such folders before a resume.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import random
 import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers.common import TrainState
-from dragonfarm_core.trainers.optim import Optimization
 
 KEEP = 2
-ADAPTER = "adapter"
-STATE = "trainer_state.json"
-OPTIMIZER = "optimizer.pt"
-RNG = "rng.pt"
 # The settings that must match for a checkpoint to continue the same run.
 SAME_RUN_KEYS = ("model", "lora", "args")
 
@@ -41,51 +31,6 @@ def fsync_tree(root: Path) -> None:
         if path.is_file():
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
-
-
-def rng_states() -> dict[str, Any]:
-    states = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states: dict[str, Any]) -> None:
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def save_checkpoint(
-    run_dir: str | os.PathLike[str],
-    model: Any,
-    opt: Optimization,
-    state: TrainState,
-    config: dict[str, Any],
-) -> Path:
-    """Write checkpoint-<state.step> atomically and prune to the last two; returns its path."""
-    final = files.checkpoint_dir(run_dir, state.step)
-    if files.checkpoint_complete(final):  # already saved at this step (a cancel after a save)
-        return final
-    shutil.rmtree(final, ignore_errors=True)  # half pruned, or from before the marker
-    tmp = files.checkpoint_temp_dir(run_dir, state.step)
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp / ADAPTER)
-    torch.save(opt.state_dicts(), tmp / OPTIMIZER)
-    torch.save(rng_states(), tmp / RNG)
-    write_state(tmp / STATE, state, config)
-    fsync_tree(tmp)
-    files.mark_checkpoint_complete(tmp)
-    os.replace(tmp, final)
-    prune(run_dir)
-    return final
 
 
 def write_state(path: Path, state: TrainState, config: dict[str, Any]) -> None:
@@ -137,35 +82,6 @@ def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
         shutil.rmtree(partial, ignore_errors=True)
     found = files.checkpoints(run_dir)
     return found[-1] if found else None
-
-
-def load_checkpoint(
-    path: Path, model: Any, opt: Optimization, config: dict[str, Any]
-) -> TrainState:
-    """Restore everything saved at `path` into the live objects; returns the loop's state."""
-    from peft import set_peft_model_state_dict
-    from peft.utils import load_peft_weights
-
-    state = read_state(path / STATE, config)
-    device = next(model.parameters()).device
-    set_peft_model_state_dict(model, load_peft_weights(str(path / ADAPTER), device=str(device)))
-    opt.load_state_dicts(torch.load(path / OPTIMIZER, map_location=device))
-    # Our own file: numpy's RNG state is not a plain tensor, so weights_only cannot read it.
-    set_rng_states(torch.load(path / RNG, weights_only=False))
-    return state
-
-
-def resume(
-    run_dir: str | os.PathLike[str], model: Any, opt: Optimization, config: dict[str, Any]
-) -> TrainState | None:
-    """Continue from the newest checkpoint, if any, and drop the progress rows logged after it,
-    so the loss curve goes on without a gap or a repeat."""
-    latest = latest_checkpoint(run_dir)
-    if latest is None:
-        return None
-    state = load_checkpoint(latest, model, opt, config)
-    trim_progress(run_dir, latest, state.step)
-    return state
 
 
 def save_adapter(run_dir: str | os.PathLike[str], model: Any) -> Path:

@@ -22,7 +22,7 @@ SCHEDULERS = ("linear", "cosine", "constant")
 # report_to's trackers, each an optional install: the module transformers looks for.
 TRACKERS = {"tensorboard": ("tensorboard", "tensorboardX"), "trackio": ("trackio",),
             "wandb": ("wandb",), "mlflow": ("mlflow",)}  # fmt: skip
-# Keys only the trainers on TRL read; DPO, ORPO and GRPO still run dragonfarm's own loops.
+# Keys passed to TRL by the methods listed only; the others refuse them (not yet wired there).
 TRL_ONLY = {"report_to": ("sft",), "neftune_noise_alpha": ("sft",)}
 
 

@@ -1,13 +1,20 @@
-"""GRPO with verifiable rewards: what a run with method "grpo" executes.
+"""GRPO with verifiable rewards on TRL's GRPOTrainer: what a run with method "grpo" executes.
 
     python -m dragonfarm_core.trainers.grpo RUN_DIR
 
-(skips the queue; the launcher runs `python -m dragonfarm_core.trainers RUN_DIR`). Each step:
-sample `group_size` completions of each prompt in one batched call (adapter on), score them with
-the rewards, turn the totals into advantages relative to each group, and take one gradient
-step on -advantage * log pi + beta * KL, the KL measured against the model the run started from:
-the same weights with the LoRA adapter switched off, so there is no second copy. Then the
-held-out prompts are answered greedily and scored (eval.json, samples.json).
+(skips the queue; the launcher runs `python -m dragonfarm_core.trainers RUN_DIR`). Each step
+samples `group_size` completions of each prompt (adapter on), scores them with the rewards
+(TRL reward functions weighted by each reward's weight), turns the totals into advantages
+relative to each group (scaled as `scale_rewards` says) and takes one gradient step on TRL's
+`loss_type`, with beta x KL against the model the run started from: the same weights with the
+LoRA adapter switched off, so there is no second copy. Then the held-out prompts are answered
+greedily and scored, by the adapter and by the model it started from (eval.json, samples.json).
+
+Reads top to bottom: config and rewards, prompts (rendered with the chat template and cut to
+the token budget here, truncation counted), the model with its adapter, `GRPOConfig` from the
+spec, `GRPOTrainer` with our rollouts (`Rollouts`: the batched decode the Chat tab's worker
+uses), train (resuming from a complete checkpoint), adapter, held-out rewards and samples.
+TrainArgs.batch_size counts prompts; TRL's batch counts completions (batch x group_size).
 """
 
 from __future__ import annotations
@@ -16,28 +23,19 @@ import dataclasses
 import os
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from dragonfarm_core.chat_template import stop_ids
 from dragonfarm_core.reinforcement import ReinforceArgs
 from dragonfarm_core.rewards import Reward, RewardErrors, reward_names
 from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers import grpo_rollout as rl
-from dragonfarm_core.trainers import lifecycle, modeling
-from dragonfarm_core.trainers.batching import grouped_batches
-from dragonfarm_core.trainers.common import (
-    RunReporter,
-    Stopwatch,
-    TrainState,
-    reported_run,
-    resolve_placement,
-)
-from dragonfarm_core.trainers.config import TrainConfig, load_config
-from dragonfarm_core.trainers.optim import Optimization
+from dragonfarm_core.trainers import lifecycle, modeling, trl_run
+from dragonfarm_core.trainers.common import reported_run, resolve_placement
+from dragonfarm_core.trainers.config import load_config
 
 
 @dataclass
@@ -45,7 +43,8 @@ class Task:
     """What every step needs besides the model: prompts, rewards, sampling settings."""
 
     prompts: list[rl.Prompt]
-    ids: list[list[int]]
+    texts: list[str]  # each prompt rendered with the chat template, ready for the reply
+    ids: list[list[int]]  # its tokens, cut to the budget
     rewards: list[Reward]
     settings: ReinforceArgs
     tokenizer: Any
@@ -62,78 +61,91 @@ class Task:
         return rollout, rl.score_completions(self.rewards, prompts, rollout.texts, self.errors)
 
 
-def grpo_step(model: Any, task: Task, batches: list[list[int]], opt: Optimization) -> dict:
-    """One optimizer step over these prompt batches; returns the step's metrics."""
-    s = task.settings
-    rollouts = [task.rollout(model, rows, s.group_size, s.temperature) for rows in batches]
-    task.errors.check()  # a reward failing too often stops the run with its first traceback
-    n_tokens = sum(r.n_tokens for r, _ in rollouts)
-    loss_total, kl_total = 0.0, 0.0
-    for rollout, scores in rollouts:
-        advantages = rl.group_advantages(torch.tensor(scores.total), s.group_size)
-        per_token = advantages[rollout.token_rows()].to(next(model.parameters()).device)
-        policy = rl.completion_logprobs(model, rollout, s.temperature)
-        reference = None
-        if s.beta > 0:  # beta 0 needs no reference pass
-            with torch.no_grad(), model.disable_adapter():
-                reference = rl.completion_logprobs(model, rollout, s.temperature)
-        loss, kl_sum = rl.grpo_loss(policy, reference, per_token, s.beta, n_tokens)
-        opt.backward(loss)
-        loss_total, kl_total = loss_total + float(loss.detach()), kl_total + (kl_sum or 0.0)
-    grad_norm = opt.step()
-    all_scores = [s for _, s in rollouts]
-    n = sum(len(x.total) for x in all_scores)
-    metrics = {
-        "loss": loss_total,
-        "grad_norm": grad_norm,
-        "reward": sum(sum(x.total) for x in all_scores) / n,
-        "kl": kl_total / max(1, n_tokens) if s.beta > 0 else None,
-        "completion_tokens": n_tokens / n,
+class Rollouts:
+    """GRPOTrainer's `rollout_func`: the prompts' completions from our batched decode
+    (grpo_rollout.generate_rollout) instead of transformers' `generate`, which has no stop on
+    the end-of-turn token alone and was measured slower on a CPU (bench/grpo_throughput.py).
+    The prompts arrive rendered (the dataset's "prompt" text, each `num_generations` times);
+    their ids are those encode_prompts cut to the token budget."""
+
+    def __init__(self, task: Task, callback: trl_run.RunCallback) -> None:
+        self.task, self.callback = task, callback
+        self.ids = dict(zip(task.texts, task.ids, strict=True))
+
+    def __call__(self, prompts: list[str], trainer: Any) -> dict[str, Any]:
+        s, ids = self.task.settings, [self.ids[p] for p in prompts]
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        rollout = rl.generate_rollout(model, self.task.tokenizer, ids, 1, s.max_new_tokens,
+                                      s.temperature, self.task.stop)  # fmt: skip
+        lengths = rollout.completion_mask.sum(1).tolist()
+        self.callback.add_tokens(rollout.n_tokens, rollout.completion_mask.numel())
+        return {
+            "prompt_ids": ids,
+            "completion_ids": [
+                r[:n] for r, n in zip(rollout.completion_ids.tolist(), lengths, strict=True)
+            ],  # fmt: skip
+            "logprobs": None,  # on-policy: TRL scores the tokens itself
+            "completion_text": rollout.texts,  # to the rewards: stop token cut, stripped
+        }
+
+
+def reward_function(reward: Reward, name: str, task: Task) -> Callable[..., list[float]]:
+    """One of our rewards as a TRL reward function, named so that TRL logs it as
+    rewards/<name>/mean. It scores what the rewards score everywhere (rl.score_completions:
+    the last user turn, the completion, the reference, the row's columns); a reward failing
+    too often stops the run with its first traceback (RewardErrors.check)."""
+
+    def score(completions: list[str], row: list[int], completion_text: list[str],
+              **_: Any) -> list[float]:  # fmt: skip
+        prompts = [task.prompts[i] for i in row]
+        scores = rl.score_completions([reward], prompts, completion_text, task.errors)
+        task.errors.check()
+        return next(iter(scores.per_reward.values()))
+
+    score.__name__ = score.__qualname__ = name
+    return score
+
+
+def as_dataset(task: Task) -> Any:
+    """GRPOTrainer's prompts: each rendered (so TRL treats them as text and hands them to
+    Rollouts unchanged) with its row, by which the rewards find its reference and columns."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": task.texts, "row": list(range(len(task.texts)))})
+
+
+def options(settings: ReinforceArgs, rewards: list[Reward], batch_size: int,
+            total_steps: int) -> dict[str, Any]:  # fmt: skip
+    """GRPOConfig's own options from the run's settings (TRL's batch counts completions)."""
+    completions = batch_size * settings.group_size
+    return {
+        "per_device_train_batch_size": completions,
+        "per_device_eval_batch_size": completions,
+        "max_steps": total_steps,  # the plan's, from TrainArgs' epochs counted in prompts
+        "num_generations": settings.group_size,
+        "max_completion_length": settings.max_new_tokens,
+        "temperature": settings.temperature,
+        "beta": settings.beta,
+        "loss_type": settings.loss_type,
+        "scale_rewards": settings.scale_rewards,
+        "reward_weights": [r.weight for r in rewards],
     }
-    for name in all_scores[0].per_reward:
-        metrics[f"reward_{name}"] = sum(sum(x.per_reward[name]) for x in all_scores) / n
-    slots = sum(r.completion_mask.numel() for r, _ in rollouts)
-    return metrics | {"_tokens": n_tokens, "_slots": slots}
 
 
-def train_loop(
-    run_dir: Path,
-    report: RunReporter,
-    config: TrainConfig,
-    model: Any,
-    task: Task,
-    opt: Optimization,
-    state: TrainState,
-    plan: Any,
-) -> bool:
-    """Run the optimizer steps left in `plan`; returns True when stopped by a cancel."""
-    args = config.args
-    lengths = [len(x) for x in task.ids]  # similar prompt lengths share a batch: less padding
-    clock, window = Stopwatch(state.elapsed_s, state.step), defaultdict(list)
-    while state.step < plan.total_steps:
-        state.step += 1
-        step, (epoch, part), lr = state.step, plan.locate(state.step), opt.lr
-        batches = grouped_batches(lengths, args.batch_size, args.seed, epoch)[part]
-        metrics = grpo_step(model, task, batches, opt)
-        state.record(metrics.pop("loss"), metrics.pop("_tokens"), metrics.pop("_slots"))
-        state.elapsed_s = clock.elapsed()
-        for key, value in metrics.items():
-            window[key].append(value)
-        if step % args.logging_steps == 0 or step in (1, plan.total_steps):
-            means = {k: None if None in v else sum(v) / len(v) for k, v in window.items()}
-            window.clear()
-            report.progress(
-                **means,
-                step=step,
-                epoch=plan.epoch_at(step),
-                lr=lr,
-                loss=state.take_log_loss(),
-                elapsed_s=round(state.elapsed_s, 2),
-                eta_s=clock.eta(step, plan.total_steps),
-            )
-        if lifecycle.end_step(run_dir, report, config, model, opt, state, plan):
-            return True
-    return False
+def columns(rewards: list[Reward]) -> tuple[str, ...]:
+    """The GRPO columns of progress.jsonl, in every row."""
+    return ("reward", "kl", "completion_tokens", *(f"reward_{n}" for n in reward_names(rewards)))
+
+
+def training_columns(names: list[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """TRL's logged GRPO metrics -> progress.jsonl's names (kl is logged only when beta > 0)."""
+
+    def pick(logs: dict[str, Any]) -> dict[str, Any]:
+        row = {"reward": logs.get("reward"), "kl": logs.get("kl"),
+               "completion_tokens": logs.get("completions/mean_length")}  # fmt: skip
+        return row | {f"reward_{n}": logs.get(f"rewards/{n}/mean") for n in names}
+
+    return pick
 
 
 def evaluate(model: Any, task: Task, batch_size: int, n_samples: int, split: str) -> tuple:
@@ -179,9 +191,9 @@ def write_results(run_dir: Path, model: Any, task: Task, held_out: Task, batch: 
             start, _ = evaluate(model, held_out, batch, 0, "eval")
         results |= {f"start_{k}": v for k, v in start.items() if k.startswith("reward")}
     else:
-        first = dataclasses.replace(
-            task, prompts=task.prompts[:n_samples], ids=task.ids[:n_samples], errors=RewardErrors()
-        )
+        first = dataclasses.replace(task, prompts=task.prompts[:n_samples],
+                                    texts=task.texts[:n_samples], ids=task.ids[:n_samples],
+                                    errors=RewardErrors())  # fmt: skip
         results, samples = evaluate(model, first, batch, n_samples, "train")
         results = {k: None for k in results if k.startswith("reward")} | {"eval_prompts": 0}
     files.write_eval(run_dir, results | {"step": step})
@@ -190,39 +202,67 @@ def write_results(run_dir: Path, model: Any, task: Task, held_out: Task, batch: 
 
 
 def main(run_dir: str | os.PathLike[str]) -> str:
-    """Train the GRPO run in `run_dir`; returns "succeeded" or "cancelled"."""
+    """Train the GRPO run in `run_dir`; returns "succeeded" or "cancelled".
+
+    On any error status.json says failed (with reason, error and log tail) and the exception
+    propagates. A complete checkpoint in the run directory is resumed from.
+    """
     run_dir = Path(run_dir)
     with reported_run(run_dir) as report:
         config = load_config(run_dir)
         args, placement = config.args, resolve_placement(config.hardware)
         method_args = dict(config.method_args)
         rewards = [Reward.from_dict(d, run_dir=run_dir) for d in method_args.pop("rewards")]
+        names = reward_names(rewards)
         settings = ReinforceArgs(**method_args)
 
         tokenizer = modeling.load_tokenizer(config.model)
         budget = max(1, args.max_seq_len - settings.max_new_tokens)
         train_rows, eval_rows = rl.read_prompts(run_dir, "train"), rl.read_prompts(run_dir, "eval")
-        train_ids, cut_train = rl.encode_prompts(tokenizer, train_rows, budget)
-        eval_ids, cut_eval = rl.encode_prompts(tokenizer, eval_rows, budget)
+        train_texts, train_ids, cut_train = rl.encode_prompts(tokenizer, train_rows, budget)
+        eval_texts, eval_ids, cut_eval = rl.encode_prompts(tokenizer, eval_rows, budget)
 
-        training = lifecycle.start(
-            run_dir, report, config, placement, len(train_rows), cut_train + cut_eval
+        from transformers import PrinterCallback
+        from trl import GRPOConfig, GRPOTrainer
+
+        model, plan, trainable, total = lifecycle.model_and_plan(
+            report, config, placement, len(train_rows), cut_train + cut_eval
         )
-        model, plan, opt, state = training.model, training.plan, training.opt, training.state
         stop = stop_ids(model, tokenizer)
-        task = Task(train_rows, train_ids, rewards, settings, tokenizer, stop, RewardErrors())
+        task = Task(train_rows, train_texts, train_ids, rewards, settings, tokenizer, stop,
+                    RewardErrors())  # fmt: skip
+        callback = trl_run.RunCallback(run_dir, report, config, None, columns(rewards),
+                                       training_columns(names))  # fmt: skip
+        own = options(settings, rewards, args.batch_size, plan.total_steps)
+        grpo_args = trl_run.arguments(GRPOConfig, config, placement, run_dir, **own)
+        trainer = trl_run.counted(GRPOTrainer)(
+            model=model,
+            reward_funcs=[reward_function(r, n, task) for r, n in zip(rewards, names, strict=True)],
+            args=grpo_args,
+            train_dataset=as_dataset(task),
+            processing_class=tokenizer,
+            callbacks=[callback],
+            rollout_func=Rollouts(task, callback),
+        )
+        # As in dpo.py: TRL's "ref" copy of a given adapter is the base model here (the adapter
+        # is new); without it the reference is the adapter switched off.
+        model.delete_adapter("ref")
+        trainer.remove_callback(PrinterCallback)  # progress.jsonl has the rows
         print(
             f"GRPO on {config.model.name} ({placement.device}, {placement.dtype_name}): "
             f"{len(train_rows)} prompts x {settings.group_size} completions, {plan.total_steps} "
-            f"steps, rewards {', '.join(reward_names(rewards))}.",
+            f"steps, rewards {', '.join(names)}; {trainable:,} of {total:,} parameters "
+            "trainable.",
             flush=True,
         )
 
-        cancelled = train_loop(run_dir, report, config, model, task, opt, state, plan)
-        metrics = lifecycle.stop(run_dir, report, training.model, training.state, cancelled)
+        cancelled = trl_run.train(trainer, run_dir, callback)
+        state = callback.state
+        metrics = lifecycle.stop(run_dir, report, model, state, cancelled)
         if metrics is None:
             return "cancelled"
-        held_out = Task(eval_rows, eval_ids, rewards, settings, tokenizer, stop, RewardErrors())
+        held_out = Task(eval_rows, eval_texts, eval_ids, rewards, settings, tokenizer, stop,
+                        RewardErrors())  # fmt: skip
         batch = args.batch_size * settings.group_size  # as many replies as a training rollout
         results = write_results(run_dir, model, task, held_out, batch, config.n_samples, state.step)
         report.finish("succeeded", metrics=metrics | results)

@@ -1,18 +1,13 @@
-"""GRPO's tensor work: the prompts, a group of sampled completions per prompt, their token
-log-probabilities, the group-relative advantages and the loss.
+"""GRPO's prompts and rollouts: the prompt rows, their rendering and token budget, a group of
+sampled completions per prompt in one batched decode, and their scores.
 
-    rollout = generate_rollout(model, tokenizer, prompt_ids, group_size=4, max_new_tokens=128,
+    texts, ids, truncated = encode_prompts(tokenizer, read_prompts(run_dir, "train"), budget)
+    rollout = generate_rollout(model, tokenizer, ids, group_size=4, max_new_tokens=128,
                                temperature=1.0, stop=stop_ids(model, tokenizer))  # chat_template's
-    policy = completion_logprobs(model, rollout, temperature)        # with grad, adapter on
-    with torch.no_grad(), model.disable_adapter():
-        reference = completion_logprobs(model, rollout, temperature) # the model it started from
-    loss, kl_sum = grpo_loss(policy, reference, token_advantages, beta, n_tokens)
+    scores = score_completions(rewards, prompts, rollout.texts, errors)
 
 A rollout keeps left-padded prompts and right-padded completions side by side, as `generate`
-returns them, so one forward pass over [prompt | completion] scores every completion token.
-Positions come from the attention mask, as in `generate`, so the scoring pass sees each token
-where it was sampled. Logits are divided by the sampling temperature before the softmax, so the
-log-probabilities are those of the distribution the completions were drawn from.
+returns them. The loss, the advantages and the KL are TRL's GRPOTrainer's (trainers/grpo.py).
 """
 
 from __future__ import annotations
@@ -27,12 +22,7 @@ from dragonfarm_core.chat_template import ROLES
 from dragonfarm_core.inference.worker_decode import Decoding, cpu_threads, decode
 from dragonfarm_core.rewards import Reward, RewardErrors, Scores, score
 from dragonfarm_core.trainers.common import DataError
-from dragonfarm_core.trainers.modeling import lm_head_logits
 from dragonfarm_core.trainers.sft_data import read_rows
-
-# Added to the group's standard deviation: a group whose rewards are all equal gets advantage 0
-# instead of 0/0 (the value trl's GRPOTrainer uses).
-ADVANTAGE_EPS = 1e-4
 
 
 @dataclass(frozen=True)
@@ -78,19 +68,20 @@ def read_prompts(run_dir: str | os.PathLike[str], split: str) -> list[Prompt]:
 
 def encode_prompts(
     tokenizer: Any, prompts: list[Prompt], max_len: int
-) -> tuple[list[list[int]], int]:
-    """(token ids of each rendered prompt, how many were cut to their last `max_len` tokens).
+) -> tuple[list[str], list[list[int]], int]:
+    """(each prompt rendered with the chat template, its token ids, how many were cut to
+    their last `max_len` tokens).
 
     The end is kept: it holds the question and the assistant header the reply follows.
     """
     if not prompts:
-        return [], 0
+        return [], [], 0
     texts = tokenizer.apply_chat_template(
         [p.messages for p in prompts], tokenize=False, add_generation_prompt=True
     )
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     truncated = sum(len(x) > max_len for x in ids)
-    return [x[-max_len:] for x in ids], truncated
+    return texts, [x[-max_len:] for x in ids], truncated
 
 
 def score_completions(
@@ -138,10 +129,6 @@ class Rollout:
     def n_tokens(self) -> int:
         return int(self.completion_mask.sum())
 
-    def token_rows(self) -> torch.Tensor:
-        """The completion (row) each learned token belongs to, in `completion_logprobs` order."""
-        return self.completion_mask.nonzero()[:, 0]
-
 
 @torch.no_grad()
 def generate_rollout(
@@ -186,73 +173,3 @@ def decode_completions(
         tokens = row[:n]
         rows.append(tokens[:-1] if tokens and tokens[-1] in stop else tokens)
     return [t.strip() for t in tokenizer.batch_decode(rows, skip_special_tokens=True)]
-
-
-def completion_logprobs(model: Any, rollout: Rollout, temperature: float) -> torch.Tensor:
-    """Log-probability of each completion token (1-D, row by row, padding left out).
-
-    The LM head runs only at positions that predict a completion token.
-    """
-    causal = model.get_base_model()
-    device = next(model.parameters()).device
-    ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], 1).to(device)
-    mask = torch.cat([rollout.prompt_mask, rollout.completion_mask], 1).to(device)
-    positions = (mask.cumsum(1) - 1).clamp(min=0)
-    hidden = causal.get_decoder()(
-        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False
-    ).last_hidden_state
-    width = rollout.prompt_ids.shape[1]
-    keep = rollout.completion_mask.bool().to(device)
-    logits = lm_head_logits(causal, hidden[:, width - 1 : -1][keep]).float() / temperature
-    targets = rollout.completion_ids.to(device)[keep]
-    return logits.gather(1, targets[:, None]).squeeze(1) - logits.logsumexp(1)
-
-
-def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Each completion's reward relative to its group: (r - group mean) / (group std + eps).
-
-    The std is the sample std (n - 1), as in trl's GRPOTrainer. Dividing by it makes every
-    prompt count alike whatever its reward scale; a group with equal rewards teaches nothing.
-
-    >>> [round(a, 3) for a in group_advantages(torch.tensor([1.0, 0, 0, 2, 2, 2]), 3).tolist()]
-    [1.155, -0.577, -0.577, 0.0, 0.0, 0.0]
-    """
-    groups = rewards.view(-1, group_size)
-    mean, std = groups.mean(1, keepdim=True), groups.std(1, keepdim=True)
-    return ((groups - mean) / (std + ADVANTAGE_EPS)).view(-1)
-
-
-def kl_k3(reference: torch.Tensor, policy: torch.Tensor) -> torch.Tensor:
-    """Per-token KL(policy || reference) estimate k3 = exp(r - p) - (r - p) - 1: never negative,
-    unbiased on tokens sampled from the policy, low variance (Schulman's k3).
-
-    >>> [round(k, 4) for k in kl_k3(torch.tensor([-1.0, -2.0]), torch.tensor([-1.0, -1.0])).tolist()]
-    [0.0, 0.3679]
-    """
-    delta = reference - policy
-    return torch.exp(delta) - delta - 1
-
-
-def grpo_loss(
-    policy: torch.Tensor,
-    reference: torch.Tensor | None,
-    advantages: torch.Tensor,
-    beta: float,
-    n_tokens: int,
-) -> tuple[torch.Tensor, float | None]:
-    """(loss of these tokens / n_tokens, summed KL of these tokens, or None without a reference).
-
-    Plain on-policy GRPO: one update per rollout, so the ratio with the sampling policy is 1 in
-    value and carries the gradient of log pi; per token, -advantage * ratio + beta * KL.
-    Dividing by the step's count of completion tokens gives the token-level mean over the whole
-    step, whatever its split into micro-batches, and long completions no more weight per token
-    than short ones.
-    """
-    ratio = torch.exp(policy - policy.detach())
-    per_token = -advantages * ratio
-    kl_sum = None
-    if reference is not None:
-        kl = kl_k3(reference, policy)
-        per_token = per_token + beta * kl
-        kl_sum = float(kl.detach().sum())
-    return per_token.sum() / max(1, n_tokens), kl_sum

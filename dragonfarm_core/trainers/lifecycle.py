@@ -1,19 +1,19 @@
-"""The start and the end every trainer shares (SFT, DPO/ORPO, GRPO).
+"""The start and the end every trainer shares (SFT, DPO, ORPO, GRPO, all on TRL).
 
-    training = lifecycle.start(run_dir, report, config, placement, n_rows, truncated_rows)
-    cancelled = train_loop(...)  # ends each step with lifecycle.end_step(...)
-    metrics = lifecycle.stop(run_dir, report, training.model, training.state, cancelled)
+    model, plan, trainable, total = lifecycle.model_and_plan(report, config, placement,
+                                                             n_rows, truncated_rows)
+    cancelled = trl_run.train(trainer, run_dir, callback)
+    metrics = lifecycle.stop(run_dir, report, model, callback.state, cancelled)
     if metrics is None:        # cancelled: adapter and checkpoint saved, status written
         return "cancelled"
 
-`start` loads the frozen base, adds a fresh LoRA adapter, plans the steps, builds the optimizer
-and picks up a complete checkpoint if the run has one, then records device, dtype, parameter
-counts and the step plan in status.json. Each trainer keeps its own data, loop and evaluation.
+`model_and_plan` loads the frozen base, adds a fresh LoRA adapter and plans the steps, then
+records device, dtype, parameter counts and the step plan in status.json. Each trainer keeps
+its own data and evaluation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +22,6 @@ from dragonfarm_core.trainers import checkpoint, modeling
 from dragonfarm_core.trainers.batching import StepPlan, plan_steps
 from dragonfarm_core.trainers.common import Placement, RunReporter, TrainState, process_count
 from dragonfarm_core.trainers.config import TrainConfig
-from dragonfarm_core.trainers.optim import Optimization, build_optimization
-
-
-@dataclass
-class Training:
-    model: Any
-    plan: StepPlan
-    opt: Optimization
-    state: TrainState
-    trainable: int
-    total: int
 
 
 def model_and_plan(
@@ -58,42 +47,6 @@ def model_and_plan(
         truncated_rows=truncated_rows,
     )
     return model, plan, trainable, total
-
-
-def start(
-    run_dir: Path,
-    report: RunReporter,
-    config: TrainConfig,
-    placement: Placement,
-    n_rows: int,
-    truncated_rows: int,
-) -> Training:
-    """Model with a new adapter, step plan, optimizer, and the state to continue from."""
-    model, plan, trainable, total = model_and_plan(
-        report, config, placement, n_rows, truncated_rows
-    )
-    opt = build_optimization(model, config.args, config.extra, plan.total_steps, placement.dtype)
-    state = checkpoint.resume(run_dir, model, opt, config.raw) or TrainState()
-    report.update(step=state.step, epoch=plan.epoch_at(state.step))
-    return Training(model, plan, opt, state, trainable, total)
-
-
-def end_step(
-    run_dir: Path,
-    report: RunReporter,
-    config: TrainConfig,
-    model: Any,
-    opt: Optimization,
-    state: TrainState,
-    plan: StepPlan,
-) -> bool:
-    """After each optimizer step: a checkpoint every save_steps and on a cancel request, the
-    step in status.json. True when the run was asked to stop."""
-    cancelled = report.cancel_requested()
-    if state.step % config.args.save_steps == 0 or cancelled:
-        checkpoint.save_checkpoint(run_dir, model, opt, state, config.raw)
-    report.update(step=state.step, epoch=plan.epoch_at(state.step))
-    return cancelled
 
 
 def stop(

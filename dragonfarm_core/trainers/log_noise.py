@@ -18,6 +18,16 @@ KNOWN_NOISE: tuple[tuple[type[Warning], str, str], ...] = (
         r"`is_gradient_checkpointing` is deprecated",
         "transformers 5 deprecates the alias; peft still reads it when it wraps a model",
     ),
+    (
+        UserWarning,
+        r"You are using 'rollout_func', which is an experimental feature",
+        "TRL marks GRPOTrainer's rollout_func experimental; the GRPO trainer pins TRL and uses it",
+    ),
+    (
+        Warning,
+        r"You are importing from 'trl.experimental'",
+        "ORPOTrainer lives in trl.experimental; the ORPO trainer pins TRL and uses it",
+    ),
 )
 
 

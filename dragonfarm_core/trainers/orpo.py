@@ -13,16 +13,16 @@ an odds-ratio penalty that pushes the odds of the chosen reply above those of th
 The implicit reward of a reply is beta x its mean token log-probability (as in TRL), so
 pref_acc is how often the chosen reply is the likelier one. It writes what a DPO run writes.
 
-ORPO is still our own loop (DPO and SFT run on TRL's trainers): `main` reads top to bottom
-(config, pairs, model, step plan, resume, the loop, final eval and samples); `train_loop` runs
-the optimizer steps, `train_step` one of them. TRL's ORPOTrainer (trl.experimental.orpo)
-tokenizes on its own and scores full logits; it is not measured here yet.
+Reads top to bottom like dpo.py: config, pairs (tokenized as SFT rows are), the model with its
+adapter, `ORPOConfig` from the spec, TRL's `ORPOTrainer` (trl.experimental.orpo) with the
+reply-only scoring of `ours`, train (resuming from a complete checkpoint), adapter, final eval
+and samples (pref_data.finish). Training rows take pref_acc and reward_margin from TRL's
+rewards/accuracies and rewards/margins; the held-out columns and eval.json from `orpo_score`.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import os
 import sys
 from pathlib import Path
@@ -31,18 +31,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from dragonfarm_core.trainers import lifecycle, modeling, pref_data
-from dragonfarm_core.trainers.batching import StepPlan, grouped_batches
-from dragonfarm_core.trainers.common import (
-    RunReporter,
-    Stopwatch,
-    TrainState,
-    reported_run,
-    resolve_placement,
-)
-from dragonfarm_core.trainers.config import TrainConfig, load_config
-from dragonfarm_core.trainers.optim import Optimization
-from dragonfarm_core.trainers.pref_data import EncodedPairs, PairScores, Score, reply_logps
+from dragonfarm_core.trainers import dpo, lifecycle, modeling, pref_data, trl_run
+from dragonfarm_core.trainers.common import reported_run, resolve_placement
+from dragonfarm_core.trainers.config import load_config
+from dragonfarm_core.trainers.pref_data import PREF_COLUMNS, EncodedPairs, PairScores, reply_logps
 
 # p(y) = 1 would make log(1 - p) infinite; a reply's mean log-probability never reaches 0 in
 # practice, and this keeps one that rounds to it finite.
@@ -68,65 +60,47 @@ def orpo_score(model: Any, batch: dict[str, torch.Tensor], n: int, beta: float) 
     return orpo_loss(mean[:n], mean[n:], beta)
 
 
-def train_step(
-    model: Any, data: EncodedPairs, batches: list[list[int]], pad_id: int, opt: Optimization,
-    score: Score,
-) -> dict[str, float]:  # fmt: skip
-    """One optimizer step over `batches` of pair indices; the loss is the mean over its pairs."""
-    device = next(model.parameters()).device
-    n_pairs = sum(len(pairs) for pairs in batches)
-    out = dict.fromkeys(("loss", "correct", "margin", "tokens", "slots"), 0.0)
-    for pairs in batches:
-        batch = {k: v.to(device) for k, v in data.batch(pairs, pad_id).items()}
-        scores = score(model, batch, len(pairs))
-        opt.backward(scores.loss.sum() / n_pairs)
-        out["loss"] += float(scores.loss.detach().sum()) / n_pairs
-        out["correct"] += float(scores.correct().sum())
-        out["margin"] += float(scores.margin.detach().sum())
-        out["tokens"] += int(batch["attention_mask"].sum())
-        out["slots"] += batch["attention_mask"].numel()
-    return {**out, "pairs": n_pairs, "grad_norm": opt.step()}
+class PairBatches:
+    """ORPOTrainer's batch from our encoded pairs: the chosen rows, then their rejected rows,
+    with the reply tokens as labels (the prompt masked as in SFT)."""
+
+    def __init__(self, data: EncodedPairs, pad_id: int) -> None:
+        self.data, self.pad_id = data, pad_id
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        return self.data.batch([int(e["pair"]) for e in examples], self.pad_id)
 
 
-def train_loop(
-    run_dir: Path, report: RunReporter, config: TrainConfig, model: Any, train: EncodedPairs,
-    held_out: EncodedPairs, pad_id: int, plan: StepPlan, opt: Optimization, state: TrainState,
-    score: Score,
-) -> bool:  # fmt: skip
-    """Run the optimizer steps left in `plan`; returns True when stopped by a cancel."""
-    args = config.args
+def ours(trainer_class: type) -> type:
+    """ORPOTrainer on pairs already tokenized, scoring only the reply tokens.
 
-    @functools.lru_cache(maxsize=1)
-    def epoch_batches(epoch: int) -> list[list[int]]:
-        return grouped_batches(train.lengths, args.batch_size, args.seed, epoch)
+    Its own preparation (prompt extraction, chat template, tokenize_row) would tokenize a
+    second time with another truncation than the one counted in status.json, so tokenize_row
+    passes the rows through. Its forward pass projects every position through the LM head and
+    takes its supervised loss over the prompt and the reply; ours applies the head only where a
+    reply token is predicted (pref_data.reply_logps) and takes the supervised loss on the
+    chosen reply alone, as the paper's L_SFT and the loss above: ORPOTrainer's odds-ratio
+    loss, rewards and metrics are then computed from these as they are."""
 
-    eval_every = config.extra.eval_steps or max(1, math.ceil(plan.total_steps / 4))
-    clock = Stopwatch(state.elapsed_s, state.step)
-    window = {"correct": 0.0, "margin": 0.0, "pairs": 0.0}  # since the last progress row
-    while state.step < plan.total_steps:
-        state.step += 1
-        step, (epoch, part), lr = state.step, plan.locate(state.step), opt.lr
-        out = train_step(model, train, epoch_batches(epoch)[part], pad_id, opt, score)
-        state.record(out["loss"], int(out["tokens"]), int(out["slots"]))
-        state.elapsed_s = clock.elapsed()
-        window = {k: v + out[k] for k, v in window.items()}
-        if step % args.logging_steps == 0 or step in (1, plan.total_steps):
-            pref_data.log_progress(
-                report, step=step, epoch=plan.epoch_at(step), loss=state.take_log_loss(), lr=lr,
-                grad_norm=out["grad_norm"], elapsed_s=round(state.elapsed_s, 2),
-                eta_s=clock.eta(step, plan.total_steps),
-                pref_acc=window["correct"] / window["pairs"],
-                reward_margin=window["margin"] / window["pairs"],
-            )  # fmt: skip
-            window = dict.fromkeys(window, 0.0)
-        if step % eval_every == 0 and step < plan.total_steps and len(held_out):
-            results = pref_data.evaluate_pairs(model, held_out, args.batch_size, pad_id, score)
-            pref_data.log_progress(report, step=step, epoch=plan.epoch_at(step),
-                                   elapsed_s=round(clock.elapsed(), 2),
-                                   **pref_data.eval_columns(results))  # fmt: skip
-        if lifecycle.end_step(run_dir, report, config, model, opt, state, plan):
-            return True
-    return False
+    class Ours(trainer_class):
+        def tokenize_row(self, feature: dict[str, Any], model: Any = None) -> dict[str, Any]:
+            return feature
+
+        def concatenated_forward(self, model: Any, batch: dict[str, torch.Tensor]) -> tuple:
+            logps, counts = reply_logps(model, batch)
+            mean, n = logps / counts.clamp(min=1), len(logps) // 2
+            # ORPOTrainer logs each side's mean logit; the reply's log-probability stands in,
+            # the logits of every position being what is not computed here.
+            return (
+                mean[:n],
+                mean[n:],
+                mean[:n, None].detach(),
+                mean[n:, None].detach(),
+                -mean[:n].mean(),
+            )
+
+    Ours.__name__ = Ours.__qualname__ = f"Ours{trainer_class.__name__}"
+    return Ours
 
 
 def main(run_dir: str | os.PathLike[str]) -> str:
@@ -142,27 +116,50 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         beta = pref_data.read_beta(config)
         score = functools.partial(orpo_score, beta=beta)
         placement = resolve_placement(config.hardware)
-
         tokenizer = modeling.load_tokenizer(config.model)
         pairs = pref_data.read_pairs(run_dir, "train"), pref_data.read_pairs(run_dir, "eval")
         train = pref_data.encode_pairs(tokenizer, pairs[0], args.max_seq_len)
         held_out = pref_data.encode_pairs(tokenizer, pairs[1], args.max_seq_len)
-        pad_id = tokenizer.pad_token_id
+
+        from transformers import PrinterCallback
+        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
         truncated = train.truncated_rows + held_out.truncated_rows
-        training = lifecycle.start(run_dir, report, config, placement, len(train), truncated)
-        model, plan, opt, state = training.model, training.plan, training.opt, training.state
+        model, plan, trainable, total = lifecycle.model_and_plan(
+            report, config, placement, len(train), truncated
+        )
+
+        def held_out_scores(model: Any) -> dict[str, Any]:
+            results = pref_data.evaluate_pairs(
+                model, held_out, args.batch_size, tokenizer.pad_token_id, score
+            )
+            return pref_data.eval_columns(results)
+
+        callback = trl_run.RunCallback(
+            run_dir, report, config, held_out_scores if len(held_out) else None,
+            PREF_COLUMNS, dpo.training_columns,
+        )  # fmt: skip
+        orpo_args = trl_run.arguments(ORPOConfig, config, placement, run_dir, beta=beta,
+                                      max_length=args.max_seq_len)  # fmt: skip
+        trainer = trl_run.counted(ours(ORPOTrainer))(
+            model=model,
+            args=orpo_args,
+            data_collator=PairBatches(train, tokenizer.pad_token_id),
+            train_dataset=dpo.as_dataset(train),
+            processing_class=tokenizer,
+            callbacks=[callback],
+        )
+        trainer.remove_callback(PrinterCallback)  # progress.jsonl has the rows
         print(
             f"ORPO (beta {beta:g}) on {config.model.name}, {placement.device} "
             f"({placement.dtype_name}): {len(train)} pairs, {plan.total_steps} steps, "
-            f"{training.trainable:,} of {training.total:,} parameters trainable.",
+            f"{trainable:,} of {total:,} parameters trainable.",
             flush=True,
         )
 
-        cancelled = train_loop(
-            run_dir, report, config, model, train, held_out, pad_id, plan, opt, state, score
-        )
-        metrics = lifecycle.stop(run_dir, report, training.model, training.state, cancelled)
+        cancelled = trl_run.train(trainer, run_dir, callback)
+        state = callback.state
+        metrics = lifecycle.stop(run_dir, report, model, state, cancelled)
         if metrics is None:
             return "cancelled"
         pref_data.finish(run_dir, report, config, model, tokenizer, pairs, held_out, score, beta,

@@ -219,7 +219,7 @@ def finish(
     pairs: tuple[list[Pair], list[Pair]], held_out: EncodedPairs, score: Score, beta: float,
     state: TrainState, epoch: float, metrics: dict[str, Any],
 ) -> None:  # fmt: skip
-    """After the last step (DPO on TRL, ORPO's own loop): eval.json, the last held-out row,
+    """After the last step (DPO and ORPO, both on TRL): eval.json, the last held-out row,
     samples.json, and status "succeeded" with the metrics. `pairs` is (train, eval)."""
     args, (train_pairs, eval_pairs) = config.args, pairs
     results = evaluate_pairs(model, held_out, args.batch_size, tokenizer.pad_token_id, score)

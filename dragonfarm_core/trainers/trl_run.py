@@ -24,6 +24,7 @@ all of them stop at the same step.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -114,6 +115,9 @@ def arguments(
         dataloader_pin_memory=placement.device.type == "cuda",
         remove_unused_columns=False,
     )
+    if "pad_to_multiple_of" not in {f.name for f in dataclasses.fields(config_class)}:
+        # ORPOConfig has no such option: its batches come from our collate, which pads so.
+        del common["pad_to_multiple_of"]
     return config_class(**(common | method))
 
 
@@ -148,6 +152,11 @@ class RunCallback(TrainerCallback):
         self._step_loss += loss
         self._step_tokens[0] += tokens
         self._step_tokens[1] += slots
+
+    def add_tokens(self, tokens: int, slots: int) -> None:
+        """Tokens counted outside a micro-batch (GRPO's rollouts: the completions)."""
+        self.state.tokens += tokens
+        self.state.slots += slots
 
     def resume_from(self, path: Path) -> None:
         """Continue the counters saved with the checkpoint at `path` (refused when the
@@ -243,7 +252,8 @@ def counted(trainer_class: type) -> type:
 
     class Counted(trainer_class):
         def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None):
-            mask = inputs.get("attention_mask")
+            # GRPO's inputs are prompt rows until it samples: its rollouts count their tokens
+            mask = inputs.get("attention_mask") if isinstance(inputs, dict) else None
             tokens, slots = (int(mask.sum()), mask.numel()) if mask is not None else (0, 0)
             loss = super().training_step(model, inputs, num_items_in_batch)
             for callback in self.callback_handler.callbacks:

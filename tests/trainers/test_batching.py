@@ -1,4 +1,4 @@
-"""Length-grouped batches and the step plan."""
+"""The step plan, padded batches and length-sorted evaluation batches."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import torch
 
 from dragonfarm_core.trainers.batching import (
     collate,
-    grouped_batches,
     plan_steps,
     sorted_batches,
 )
@@ -21,31 +20,6 @@ def _lengths(n: int, seed: int = 0) -> list[int]:
     return [rng.randint(20, 500) for _ in range(n)]
 
 
-def _padding_fraction(lengths: list[int], batches: list[list[int]]) -> float:
-    slots = sum(len(b) * max(lengths[i] for i in b) for b in batches)
-    return 1 - sum(lengths) / slots
-
-
-def test_every_row_once_per_epoch_and_order_depends_on_seed_and_epoch():
-    lengths = _lengths(1000)
-    a = grouped_batches(lengths, 8, seed=1, epoch=0)
-    assert sorted(i for b in a for i in b) == list(range(1000))
-    assert all(len(b) <= 8 for b in a)
-    assert a == grouped_batches(lengths, 8, seed=1, epoch=0)
-    assert a != grouped_batches(lengths, 8, seed=1, epoch=1)
-    assert a != grouped_batches(lengths, 8, seed=2, epoch=0)
-
-
-def test_grouping_removes_most_padding():
-    lengths = _lengths(2000)
-    grouped = _padding_fraction(lengths, grouped_batches(lengths, 8, seed=0, epoch=0))
-    order = list(range(2000))
-    random.Random(0).shuffle(order)
-    shuffled = _padding_fraction(lengths, [order[i : i + 8] for i in range(0, 2000, 8)])
-    assert shuffled > 0.3
-    assert grouped < 0.05
-
-
 def test_sorted_batches_cover_all_rows():
     lengths = _lengths(50)
     batches = sorted_batches(lengths, 8)
@@ -54,23 +28,17 @@ def test_sorted_batches_cover_all_rows():
     assert firsts == sorted(firsts, reverse=True)
 
 
-def test_plan_by_epochs_and_locate():
+def test_plan_by_epochs():
     plan = plan_steps(n_rows=50, batch_size=4, grad_accum=3, epochs=2, max_steps=None)
     assert plan.batches_per_epoch == 13 and plan.steps_per_epoch == 5
     assert plan.total_steps == 10
-    assert plan.locate(1) == (0, slice(0, 3))
-    assert plan.locate(5) == (0, slice(12, 13))  # the epoch's last, shorter step
-    assert plan.locate(6) == (1, slice(0, 3))
-    assert plan.epoch_at(5) == 1.0
-    seen = [i for s in range(1, 6) for i in range(13)[plan.locate(s)[1]]]
-    assert seen == list(range(13))
+    assert plan.epoch_at(5) == 1.0 and plan.epoch_at(7) == 1.4
 
 
 @pytest.mark.parametrize(("epochs", "max_steps", "total"), [(0.5, None, 3), (3, 7, 7), (1, 12, 12)])
 def test_plan_fractional_epochs_and_max_steps(epochs, max_steps, total):
     plan = plan_steps(n_rows=50, batch_size=4, grad_accum=3, epochs=epochs, max_steps=max_steps)
     assert plan.total_steps == total
-    assert plan.locate(12) == (2, slice(3, 6))  # max_steps past the data cycles through epochs
 
 
 def test_collate_pads_right_and_masks_context_and_padding():

@@ -1,44 +1,37 @@
 """Only a checkpoint with its COMPLETE marker counts: the marker is written last, pruning
 removes it first, so a kill during a save or a prune never leaves a checkpoint with a file
-missing that files.checkpoints(), resume or the trainer would take as complete.
+missing that files.checkpoints(), resume or the trainer would take as complete. Each save here
+is what a TRL trainer does: Trainer writes its files into checkpoint-<step>, then the run's
+`trl_run.RunCallback.on_save` adds the run's state and the marker and prunes.
 """
 
 from __future__ import annotations
 
 import shutil
+from types import SimpleNamespace
 
 import pytest
-import torch
 
 from dragonfarm_core.rundir import files
-from dragonfarm_core.settings import Lora, TrainArgs
-from dragonfarm_core.trainers import checkpoint, modeling, optim
-from dragonfarm_core.trainers.common import Placement, TrainState
-from dragonfarm_core.trainers.config import ExtraArgs, ModelSpec
+from dragonfarm_core.trainers import checkpoint, trl_run
 
 CONFIG = {"model": {"base": "tiny"}, "lora": {"r": 4}, "args": {"seed": 1}}
-ENTRIES = [checkpoint.ADAPTER, checkpoint.OPTIMIZER, checkpoint.RNG, checkpoint.STATE]
+TRAINER_FILES = ["adapter_model.safetensors", "optimizer.pt", "rng_state.pth", "trainer_state.json"]
+ENTRIES = [*TRAINER_FILES, trl_run.RUN_STATE]
 
 
-@pytest.fixture(scope="module")
-def trainable(tiny_model_dir):
-    spec = ModelSpec(name="tiny", base=str(tiny_model_dir))
-    model = modeling.load_model(spec, Placement(torch.device("cpu"), torch.float32), False)
-    model = modeling.add_lora(model, Lora(r=4, dropout=0.0), 0, False, False)
-    opt = optim.build_optimization(
-        model, TrainArgs(learning_rate=1e-2), ExtraArgs(), total_steps=20, dtype=torch.float32
-    )
-    return model, opt
+def _save(run_dir, step):
+    """Trainer's part of a save at `step`, then the callback's."""
+    path = files.checkpoint_dir(run_dir, step)
+    path.mkdir(parents=True, exist_ok=True)
+    for name in TRAINER_FILES:
+        (path / name).write_text(name)
+    callback = trl_run.RunCallback(run_dir, None, SimpleNamespace(raw=CONFIG))
+    callback.on_save(None, SimpleNamespace(global_step=step, is_world_process_zero=True), None)
+    return path
 
 
-def _save(run_dir, trainable, step):
-    model, opt = trainable
-    return checkpoint.save_checkpoint(run_dir, model, opt, TrainState(step=step), CONFIG)
-
-
-def test_the_marker_is_written_last_before_the_checkpoint_becomes_visible(
-    tmp_path, trainable, monkeypatch
-):
+def test_the_marker_is_written_last(tmp_path, monkeypatch):
     seen = []
     real = files.mark_checkpoint_complete
 
@@ -47,17 +40,27 @@ def test_the_marker_is_written_last_before_the_checkpoint_becomes_visible(
         real(path)
 
     monkeypatch.setattr(files, "mark_checkpoint_complete", mark)
-    path = _save(tmp_path, trainable, 2)
-    assert seen == [(files.checkpoint_temp_dir(tmp_path, 2).name, sorted(ENTRIES))]
+    path = _save(tmp_path, 2)
+    assert seen == [("checkpoint-2", sorted(ENTRIES))]
     assert sorted(p.name for p in path.iterdir()) == sorted([*ENTRIES, files.CHECKPOINT_COMPLETE])
     assert files.checkpoints(tmp_path) == [path]
+    assert checkpoint.read_state(path / trl_run.RUN_STATE, CONFIG).step == 0
 
 
-def test_a_kill_during_pruning_leaves_no_complete_looking_checkpoint(
-    tmp_path, trainable, monkeypatch
-):
+def test_the_last_two_are_kept(tmp_path):
+    for step in (2, 4, 6):
+        _save(tmp_path, step)
+    assert [p.name for p in files.checkpoints(tmp_path)] == ["checkpoint-4", "checkpoint-6"]
+    killed = files.checkpoint_dir(tmp_path, 8)  # Trainer's save cut short by kill -9
+    killed.mkdir()
+    (killed / "optimizer.pt").write_text("half")
+    assert checkpoint.latest_checkpoint(tmp_path) == files.checkpoint_dir(tmp_path, 6)
+    assert not killed.exists()
+
+
+def test_a_kill_during_pruning_leaves_no_complete_looking_checkpoint(tmp_path, monkeypatch):
     for step in (2, 4):
-        _save(tmp_path, trainable, step)
+        _save(tmp_path, step)
     real = shutil.rmtree
 
     def killed_midway(path, *args, **kwargs):  # rmtree got one entry, then kill -9
@@ -69,42 +72,34 @@ def test_a_kill_during_pruning_leaves_no_complete_looking_checkpoint(
 
     monkeypatch.setattr(files.shutil, "rmtree", killed_midway)
     with pytest.raises(KeyboardInterrupt):
-        _save(tmp_path, trainable, 6)  # prunes checkpoint-2
+        _save(tmp_path, 6)  # prunes checkpoint-2
     monkeypatch.undo()
 
     half = files.checkpoint_dir(tmp_path, 2)
-    assert half.is_dir() and len(list(half.iterdir())) == len(ENTRIES) - 1  # 3 of 4 left
+    assert half.is_dir() and len(list(half.iterdir())) == len(ENTRIES) - 1
     assert [p.name for p in files.checkpoints(tmp_path)] == ["checkpoint-4", "checkpoint-6"]
     assert files.incomplete_checkpoints(tmp_path) == [half]
     assert checkpoint.latest_checkpoint(tmp_path) == files.checkpoint_dir(tmp_path, 6)
     assert not half.exists()  # the trainer's next start removes what the prune left
 
 
-def test_a_checkpoint_without_its_marker_is_not_complete(tmp_path, trainable, capsys):
+def test_a_checkpoint_without_its_marker_is_not_complete(tmp_path, capsys):
     """Also one from before markers existed: it cannot be told from a half-pruned one."""
-    path = _save(tmp_path, trainable, 3)
-    (path / files.CHECKPOINT_COMPLETE).unlink()  # all four entries, no marker
+    path = _save(tmp_path, 3)
+    (path / files.CHECKPOINT_COMPLETE).unlink()
     assert files.checkpoints(tmp_path) == []
     assert checkpoint.latest_checkpoint(tmp_path) is None
     assert "Removing checkpoint-3: it has no COMPLETE marker" in capsys.readouterr().out
     assert not path.exists()
 
 
-def test_a_save_at_the_step_of_an_unmarked_folder_writes_it_again(tmp_path, trainable):
-    stale = files.checkpoint_dir(tmp_path, 5)
-    (stale / checkpoint.ADAPTER).mkdir(parents=True)  # half pruned: only the adapter is left
-    path = _save(tmp_path, trainable, 5)
-    assert path == stale and files.checkpoints(tmp_path) == [path]
-    assert sorted(p.name for p in path.iterdir()) == sorted([*ENTRIES, files.CHECKPOINT_COMPLETE])
-
-
 def test_remove_checkpoint_takes_the_marker_first(tmp_path, monkeypatch):
     path = files.checkpoint_dir(tmp_path, 1)
     path.mkdir(parents=True)
-    (path / checkpoint.STATE).write_text("{}")
+    (path / trl_run.RUN_STATE).write_text("{}")
     files.mark_checkpoint_complete(path)
     seen = []
     monkeypatch.setattr(files.shutil, "rmtree", lambda p, **kw: seen.append(sorted(p.iterdir())))
     files.remove_checkpoint(path)
-    assert seen == [[path / checkpoint.STATE]]  # the marker was gone before the rest went
+    assert seen == [[path / trl_run.RUN_STATE]]  # the marker was gone before the rest went
     assert files.checkpoints(tmp_path) == []

@@ -7,7 +7,6 @@ import pytest
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers.config import ExtraArgs, extra_args, load_config
-from dragonfarm_core.trainers.optim import lr_factor
 
 
 def test_extra_defaults_and_values():
@@ -55,11 +54,3 @@ def test_load_config_without_model_block(tmp_path):
     files.write_config(tmp_path, {"schema": 1, "method": "sft"})
     with pytest.raises(SettingsError, match="no 'model' field"):
         load_config(tmp_path)
-
-
-def test_lr_schedule_shapes():
-    assert [lr_factor(s, 2, 10, "linear") for s in (0, 1, 2, 6, 10)] == [0, 0.5, 1, 0.5, 0]
-    assert lr_factor(6, 2, 10, "cosine") == pytest.approx(0.5)
-    assert lr_factor(10, 2, 10, "cosine") == pytest.approx(0.0)
-    assert lr_factor(9, 2, 10, "constant") == 1.0
-    assert lr_factor(0, 0, 10, "linear") == 1.0

@@ -1,13 +1,15 @@
-"""GRPO: advantages, the KL estimator, completion masks and log-probabilities, the loss, the
-reward columns of progress rows; and (slow) whole runs on the bundled model, read back from disk.
+"""GRPO: prompts, completion masks and batched rollouts, the pieces GRPOTrainer is given (our
+rollouts, rewards and column names); and (slow) whole runs on the bundled model, read back.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -17,12 +19,11 @@ from dragonfarm_core.chat_template import stop_ids
 from dragonfarm_core.data import dataset
 from dragonfarm_core.rewards import Reward, reward
 from dragonfarm_core.rundir import create, files
-from dragonfarm_core.settings import Hardware, Lora, TrainArgs
+from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from dragonfarm_core.trainers import grpo, modeling
 from dragonfarm_core.trainers import grpo_rollout as rl
 from dragonfarm_core.trainers.common import DataError, Placement
-from dragonfarm_core.trainers.config import ExtraArgs, ModelSpec
-from dragonfarm_core.trainers.optim import build_optimization
+from dragonfarm_core.trainers.config import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_COLUMNS = ["step", "epoch", "loss", "eval_loss", "lr", "grad_norm", "elapsed_s", "eta_s"]
@@ -35,34 +36,6 @@ def test_doctests_pass():
     assert doctest.testmod(rl).failed == 0
 
 
-def test_advantages_are_relative_to_each_group():
-    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 5.0, 5.0, 5.0, 5.0, 0.0, 2.0, 4.0, 6.0])
-    adv = rl.group_advantages(rewards, 4).view(3, 4)
-    assert adv[0, 0] > 0 > adv[0, 1] and adv[0, 1] == adv[0, 2] == adv[0, 3]
-    assert torch.equal(adv[1], torch.zeros(4))  # all equal: nothing to learn, no 0/0
-    assert adv.sum(1).abs().max() < 1e-5  # zero mean within each group
-    std = torch.tensor([0.0, 2.0, 4.0, 6.0]).std()  # sample std, as trl
-    expected = (torch.tensor([0.0, 2.0, 4.0, 6.0]) - 3.0) / (std + rl.ADVANTAGE_EPS)
-    assert torch.allclose(adv[2], expected)
-    # scale-free: multiplying a group's rewards does not change its advantages
-    assert torch.allclose(rl.group_advantages(rewards * 10, 4), rl.group_advantages(rewards, 4),
-                          atol=1e-3)  # fmt: skip
-
-
-def test_k3_is_zero_on_agreement_never_negative_and_estimates_the_kl():
-    same = torch.tensor([-0.5, -3.0])
-    assert torch.equal(rl.kl_k3(same, same), torch.zeros(2))
-    assert (rl.kl_k3(torch.randn(100), torch.randn(100)) >= 0).all()
-    # On tokens drawn from the policy, the mean of k3 is KL(policy || reference).
-    gen = torch.Generator().manual_seed(0)
-    policy = torch.log_softmax(torch.randn(6, generator=gen), 0)
-    reference = torch.log_softmax(torch.randn(6, generator=gen), 0)
-    tokens = torch.multinomial(policy.exp(), 200_000, replacement=True, generator=gen)
-    estimate = rl.kl_k3(reference[tokens], policy[tokens]).mean()
-    exact = (policy.exp() * (policy - reference)).sum()
-    assert float(estimate) == pytest.approx(float(exact), rel=0.03)
-
-
 def test_completion_mask_keeps_tokens_through_the_first_stop():
     ids = torch.tensor([[5, 6, 2, 7, 2], [5, 6, 7, 8, 9], [2, 0, 0, 0, 0]])
     mask = rl.completion_mask(ids, [2])
@@ -73,36 +46,6 @@ def test_completion_mask_keeps_tokens_through_the_first_stop():
 def test_left_pad_aligns_the_ends():
     ids, mask = rl.left_pad([[1, 2, 3], [4]], pad_id=0)
     assert ids.tolist() == [[1, 2, 3], [0, 0, 4]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
-
-
-def test_loss_gradient_is_advantage_times_score_plus_beta_kl():
-    logits = torch.tensor([0.3, -1.0, 2.0], requires_grad=True)
-    policy = torch.log_softmax(logits, 0)[[0, 2]]
-    advantages = torch.tensor([1.5, -0.5])
-    loss, kl = rl.grpo_loss(policy, None, advantages, beta=0.1, n_tokens=4)
-    assert kl is None and float(loss.detach()) == pytest.approx(-(1.5 - 0.5) / 4)  # the ratio is 1
-    loss.backward()
-    manual = torch.tensor([0.3, -1.0, 2.0], requires_grad=True)
-    lp = torch.log_softmax(manual, 0)[[0, 2]]
-    (-(advantages * lp).sum() / 4).backward()
-    assert torch.allclose(logits.grad, manual.grad)
-
-    reference = torch.tensor([-1.0, -0.2])
-    policy = torch.tensor([-0.9, -0.4])
-    loss, kl = rl.grpo_loss(policy, reference, torch.zeros(2), beta=0.5, n_tokens=2)
-    k3 = rl.kl_k3(reference, policy)
-    assert kl == pytest.approx(float(k3.sum())) and float(loss) == pytest.approx(
-        float(k3.mean()) * 0.5
-    )
-
-
-def test_micro_batches_give_the_token_mean_of_the_whole_step():
-    policy, adv = torch.randn(10), torch.randn(10)
-    whole, _ = rl.grpo_loss(policy, None, adv, 0.0, 10)
-    halves = [
-        rl.grpo_loss(policy[s], None, adv[s], 0.0, 10)[0] for s in (slice(0, 3), slice(3, 10))
-    ]
-    assert float(sum(halves)) == pytest.approx(float(whole))
 
 
 def test_read_prompts_names_the_file_and_line(tmp_path):
@@ -136,37 +79,6 @@ def tiny(tiny_model_dir):
     return model, tokenizer
 
 
-def _full_logprobs(model, ids: list[int], n_prompt: int) -> torch.Tensor:
-    """Reference computation: the plain model on one unpadded sequence."""
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([ids])).logits[0].float()
-    logp = torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
-    return logp[n_prompt - 1 :]
-
-
-def test_logprobs_cover_completion_tokens_only_and_ignore_padding(tiny):
-    model, tokenizer = tiny
-    model.eval()
-    prompts = [[10, 11, 12, 13, 14], [20, 21]]
-    completions = [[30, 31, 2, 0], [40, 41, 42, 43]]  # row 0 stops at token 2
-    ids, mask = rl.left_pad(prompts, tokenizer.pad_token_id)
-    cids = torch.tensor(completions)
-    rollout = rl.Rollout(ids, mask, cids, rl.completion_mask(cids, [2]), ["", ""])
-    with torch.no_grad():
-        got = rl.completion_logprobs(model, rollout, temperature=1.0)
-    assert got.shape == (3 + 4,) and rollout.token_rows().tolist() == [0, 0, 0, 1, 1, 1, 1]
-    expected = torch.cat([_full_logprobs(model, prompts[0] + [30, 31, 2], 5),
-                          _full_logprobs(model, prompts[1] + completions[1], 2)])  # fmt: skip
-    assert torch.allclose(got, expected, atol=1e-4)  # left padding changes nothing
-    rollout.completion_ids[0, 3] = 77  # after the stop: not scored, changes nothing
-    with torch.no_grad():
-        assert torch.allclose(rl.completion_logprobs(model, rollout, 1.0), got)
-        hot = rl.completion_logprobs(model, rollout, temperature=2.0)
-        with model.disable_adapter():
-            ref = rl.completion_logprobs(model, rollout, 1.0)
-    assert not torch.allclose(hot, got) and not torch.allclose(ref, got)
-
-
 def test_rollout_samples_a_group_per_prompt_in_one_call(tiny):
     model, tokenizer = tiny
     stop = stop_ids(model, tokenizer)
@@ -188,24 +100,55 @@ def test_rollout_samples_a_group_per_prompt_in_one_call(tiny):
     assert model.training  # back in training mode after sampling in eval mode
 
 
-def test_rewards_reach_the_progress_columns(tiny, tiny_model_dir):
+def test_trl_pieces_sample_score_and_name_the_columns(tiny):
+    """What GRPOTrainer is given: our rollouts (ids cut at the stop token, their tokens
+    counted), our rewards as named TRL reward functions, and its logged metrics renamed."""
     model, tokenizer = tiny
-    model.train()
     rewards = [reward("regex", pattern="e", weight=2), reward("length", max_chars=8, weight=0.5)]
-    prompts = [rl.Prompt([{"role": "user", "content": f"Ticket {i}"}], None, {}) for i in range(4)]
-    ids, _ = rl.encode_prompts(tokenizer, prompts, 64)
-    settings = grpo.ReinforceArgs(group_size=3, beta=0.1, temperature=1.0, max_new_tokens=5)
-    task = grpo.Task(prompts, ids, rewards, settings, tokenizer, stop_ids(model, tokenizer),
-                     grpo.RewardErrors())  # fmt: skip
-    opt = build_optimization(model, TrainArgs(learning_rate=1e-3), ExtraArgs(), 10, torch.float32)
-    metrics = grpo.grpo_step(model, task, [[0, 1], [2, 3]], opt)
-    assert metrics["reward"] == pytest.approx(
-        2 * metrics["reward_regex"] + 0.5 * metrics["reward_length"]
+    prompts = [rl.Prompt([{"role": "user", "content": f"Ticket {i}"}], None, {}) for i in range(2)]
+    texts, ids, cut = rl.encode_prompts(tokenizer, prompts, 64)
+    assert (
+        cut == 0 and texts[0].endswith("assistant\n") and tokenizer(texts[1])["input_ids"] == ids[1]
     )
-    assert 0 <= metrics["reward_regex"] <= 1 and metrics["kl"] >= 0 and metrics["grad_norm"] > 0
-    assert 12 <= metrics["_tokens"] <= metrics["_slots"] <= 12 * 5
-    task.settings = grpo.ReinforceArgs(group_size=3, beta=0.0, temperature=1.0, max_new_tokens=5)
-    assert grpo.grpo_step(model, task, [[0, 1]], opt)["kl"] is None  # no reference pass
+    settings = grpo.ReinforceArgs(group_size=3, max_new_tokens=5)
+    stop = stop_ids(model, tokenizer)
+    task = grpo.Task(prompts, texts, ids, rewards, settings, tokenizer, stop, grpo.RewardErrors())
+    callback = grpo.trl_run.RunCallback(Path("unused"), None, None)
+    trainer = SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+    out = grpo.Rollouts(task, callback)([texts[0]] * 3 + [texts[1]] * 3, trainer)
+    assert out["prompt_ids"] == [ids[0]] * 3 + [ids[1]] * 3 and out["logprobs"] is None
+    for completion, text in zip(out["completion_ids"], out["completion_text"], strict=True):
+        assert 1 <= len(completion) <= 5 and all(t not in stop for t in completion[:-1])
+        assert text == tokenizer.decode([t for t in completion if t not in stop],
+                                        skip_special_tokens=True).strip()  # fmt: skip
+    assert callback.state.tokens == sum(map(len, out["completion_ids"])) <= callback.state.slots
+
+    names = grpo.reward_names(rewards)
+    regex, length = (grpo.reward_function(r, n, task) for r, n in zip(rewards, names, strict=True))
+    assert (regex.__name__, length.__name__) == ("regex", "length")
+    kwargs = {"completions": ["x"] * 2, "row": [0, 1], "completion_text": ["hello", "tiny"]}
+    assert regex(**kwargs, trainer_state=None) == [1.0, 0.0]  # TRL's own kwargs are ignored
+    assert length(**kwargs) == [1.0, 1.0]
+    assert task.errors.counts() == {"regex": (2, 0), "length": (2, 0)}
+
+    assert grpo.columns(rewards) == ("reward", "kl", "completion_tokens", "reward_regex",
+                                     "reward_length")  # fmt: skip
+    logged = {"reward": 1.5, "completions/mean_length": 4.0, "rewards/regex/mean": 0.5,
+              "rewards/length/mean": 1.0}  # fmt: skip
+    assert grpo.training_columns(names)(logged) == {"reward": 1.5, "kl": None,
+        "completion_tokens": 4.0, "reward_regex": 0.5, "reward_length": 1.0}  # fmt: skip
+    own = grpo.options(dataclasses.replace(settings, loss_type="dr_grpo", scale_rewards="none"),
+                       rewards, batch_size=2, total_steps=7)  # fmt: skip
+    assert own["per_device_train_batch_size"] == 6 and own["num_generations"] == 3
+    assert own["max_steps"] == 7 and own["reward_weights"] == [2, 0.5]
+    assert (own["loss_type"], own["scale_rewards"]) == ("dr_grpo", "none")
+
+
+def test_loss_and_reward_scaling_are_checked():
+    with pytest.raises(SettingsError, match="loss_type = 'ppo' is not one of dapo, grpo"):
+        grpo.ReinforceArgs(loss_type="ppo")
+    with pytest.raises(SettingsError, match="scale_rewards = 'std' is not one of group, batch"):
+        grpo.ReinforceArgs(scale_rewards="std")
 
 
 # ---- slow: whole runs ----------------------------------------------------------------------
