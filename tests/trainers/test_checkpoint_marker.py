@@ -27,7 +27,8 @@ def _save(run_dir, step):
     for name in TRAINER_FILES:
         (path / name).write_text(name)
     callback = trl_run.RunCallback(run_dir, None, SimpleNamespace(raw=CONFIG))
-    callback.on_save(None, SimpleNamespace(global_step=step, is_world_process_zero=True), None)
+    state = SimpleNamespace(global_step=step, is_world_process_zero=True)
+    callback.on_save(SimpleNamespace(world_size=1), state, None)
     return path
 
 
