@@ -120,7 +120,7 @@ def _prompts():
 
 REGEX = reward("regex", pattern="[0-9]").to_dict()
 GRPO_ARGS = {"rewards": [REGEX], "group_size": 4, "beta": 0.1, "temperature": 1.0,
-             "max_new_tokens": 128}  # fmt: skip
+             "max_new_tokens": 128, "loss_type": "dapo", "scale_rewards": "group"}  # fmt: skip
 
 
 @pytest.mark.parametrize(
