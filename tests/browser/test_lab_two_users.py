@@ -6,6 +6,8 @@ logged in gets the login page, and the API answers it 401.
 
 from __future__ import annotations
 
+import time
+
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,7 +68,13 @@ def options(page: Page, tab: str, elem_id: str, wanted: str) -> str:
     page.locator(f"#{elem_id} input").first.click()
     listed = page.locator("[role=option]")
     expect(listed.filter(has_text=wanted).first).to_be_attached(timeout=WAIT_MS)
+    # The list can re-render once more as the refreshed choices land (CI once read it empty
+    # between the two): read it until it holds `wanted`.
+    deadline = time.monotonic() + WAIT_MS / 1000
     texts = " | ".join(listed.all_inner_texts())
+    while wanted not in texts and time.monotonic() < deadline:
+        page.wait_for_timeout(200)
+        texts = " | ".join(listed.all_inner_texts())
     page.keyboard.press("Escape")
     return texts
 
