@@ -7,7 +7,6 @@ logged in gets the login page, and the API answers it 401.
 from __future__ import annotations
 
 import time
-
 from collections.abc import Iterator
 from pathlib import Path
 
