@@ -78,6 +78,13 @@ def set_train_args(page, settings: dict[str, str], timeout_ms: int = 30_000) -> 
         box.press("Tab")
     for name, value in settings.items():
         expect(page.locator("#train-code")).to_contain_text(f"{name}={value}", timeout=timeout_ms)
+    # Each box sends more than one event (change, then blur): previews can still be queued
+    # after every value shows. Wait until the panel has stopped processing for a moment.
+    code, quiet, waited = page.locator("#train-code"), 0, 0
+    while quiet < 4 and waited < timeout_ms:
+        quiet = 0 if "processing" in code.inner_text() else quiet + 1
+        page.wait_for_timeout(250)
+        waited += 250
 
 
 @pytest.fixture(scope="session")
