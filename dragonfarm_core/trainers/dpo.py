@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from dragonfarm_core.trainers import lifecycle, modeling, pref_data, trl_run
 from dragonfarm_core.trainers.common import reported_run, resolve_placement
 from dragonfarm_core.trainers.config import load_config
-from dragonfarm_core.trainers.pref_data import PREF_COLUMNS, EncodedPairs, PairScores
+from dragonfarm_core.trainers.pref_data import EncodedPairs, PairScores
 from dragonfarm_core.trainers.sft_data import IGNORE
 
 
@@ -48,14 +48,6 @@ def dpo_score(model: Any, batch: dict[str, torch.Tensor], n: int, beta: float) -
     with torch.no_grad(), model.disable_adapter():
         reference, _ = pref_data.reply_logps(model, batch)
     return dpo_loss(policy, reference, n, beta)
-
-
-def as_dataset(data: EncodedPairs) -> Any:
-    """One row per pair for DPOTrainer's sampler: its index (the collator looks the tokens up)
-    and its length (the longer side), by which batches of similar length are grouped."""
-    from datasets import Dataset
-
-    return Dataset.from_dict({"pair": list(range(len(data))), "length": data.lengths})
 
 
 class PairCollator:
@@ -81,12 +73,6 @@ def pretokenized(trainer_class: type) -> type:
             return dataset
 
     return Pretokenized
-
-
-def training_columns(logs: dict[str, Any]) -> dict[str, Any]:
-    """TRL's logged preference metrics under their progress.jsonl names."""
-    return {"pref_acc": logs.get("rewards/accuracies"),
-            "reward_margin": logs.get("rewards/margins")}  # fmt: skip
 
 
 def main(run_dir: str | os.PathLike[str]) -> str:
@@ -115,23 +101,14 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         )
         score = functools.partial(dpo_score, beta=beta)
 
-        def held_out_scores(model: Any) -> dict[str, Any]:
-            results = pref_data.evaluate_pairs(
-                model, held_out, args.batch_size, tokenizer.pad_token_id, score
-            )
-            return pref_data.eval_columns(results)
-
-        callback = trl_run.RunCallback(
-            run_dir, report, config, held_out_scores if len(held_out) else None,
-            PREF_COLUMNS, training_columns,
-        )  # fmt: skip
+        callback = pref_data.run_callback(run_dir, report, config, held_out, tokenizer, score)
         dpo_args = trl_run.arguments(DPOConfig, config, placement, run_dir, beta=beta,
                                      max_length=args.max_seq_len)  # fmt: skip
         trainer = trl_run.counted(pretokenized(DPOTrainer))(
             model=model,
             args=dpo_args,
             data_collator=PairCollator(train, tokenizer.pad_token_id),
-            train_dataset=as_dataset(train),
+            train_dataset=pref_data.as_dataset(train),
             processing_class=tokenizer,
             callbacks=[callback],
         )

@@ -31,10 +31,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from dragonfarm_core.trainers import dpo, lifecycle, modeling, pref_data, trl_run
+from dragonfarm_core.trainers import lifecycle, modeling, pref_data, trl_run
 from dragonfarm_core.trainers.common import reported_run, resolve_placement
 from dragonfarm_core.trainers.config import load_config
-from dragonfarm_core.trainers.pref_data import PREF_COLUMNS, EncodedPairs, PairScores, reply_logps
+from dragonfarm_core.trainers.pref_data import EncodedPairs, PairScores, reply_logps
 
 # p(y) = 1 would make log(1 - p) infinite; a reply's mean log-probability never reaches 0 in
 # practice, and this keeps one that rounds to it finite.
@@ -129,23 +129,14 @@ def main(run_dir: str | os.PathLike[str]) -> str:
             report, config, placement, len(train), truncated
         )
 
-        def held_out_scores(model: Any) -> dict[str, Any]:
-            results = pref_data.evaluate_pairs(
-                model, held_out, args.batch_size, tokenizer.pad_token_id, score
-            )
-            return pref_data.eval_columns(results)
-
-        callback = trl_run.RunCallback(
-            run_dir, report, config, held_out_scores if len(held_out) else None,
-            PREF_COLUMNS, dpo.training_columns,
-        )  # fmt: skip
+        callback = pref_data.run_callback(run_dir, report, config, held_out, tokenizer, score)
         orpo_args = trl_run.arguments(ORPOConfig, config, placement, run_dir, beta=beta,
                                       max_length=args.max_seq_len)  # fmt: skip
         trainer = trl_run.counted(ours(ORPOTrainer))(
             model=model,
             args=orpo_args,
             data_collator=PairBatches(train, tokenizer.pad_token_id),
-            train_dataset=dpo.as_dataset(train),
+            train_dataset=pref_data.as_dataset(train),
             processing_class=tokenizer,
             callbacks=[callback],
         )

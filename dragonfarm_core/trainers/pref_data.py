@@ -250,3 +250,33 @@ def eval_columns(results: dict[str, Any]) -> dict[str, Any]:
         "eval_pref_acc": results["pref_accuracy"],
         "eval_reward_margin": results["reward_margin"],
     }
+
+
+def as_dataset(data: EncodedPairs) -> Any:
+    """One row per pair for a TRL trainer's sampler (DPO, ORPO): its index (the collator looks
+    the tokens up) and its length (the longer side), by which batches of similar length are
+    grouped."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"pair": list(range(len(data))), "length": data.lengths})
+
+
+def training_columns(logs: dict[str, Any]) -> dict[str, Any]:
+    """TRL's logged preference metrics under their progress.jsonl names."""
+    return {"pref_acc": logs.get("rewards/accuracies"),
+            "reward_margin": logs.get("rewards/margins")}  # fmt: skip
+
+
+def run_callback(run_dir: Path, report: RunReporter, config: TrainConfig, held_out: EncodedPairs,
+                 tokenizer: Any, score: Score) -> Any:  # fmt: skip
+    """The RunCallback of a DPO or ORPO run: the preference columns, TRL's logged rewards
+    under their names, and the held-out pairs scored by `score` (none without held-out pairs)."""
+    from dragonfarm_core.trainers import trl_run
+
+    def held_out_scores(model: Any) -> dict[str, Any]:
+        batch, pad_id = config.args.batch_size, tokenizer.pad_token_id
+        return eval_columns(evaluate_pairs(model, held_out, batch, pad_id, score))
+
+    evaluate = held_out_scores if len(held_out) else None
+    return trl_run.RunCallback(run_dir, report, config, evaluate, PREF_COLUMNS, training_columns)
+
