@@ -180,6 +180,17 @@ def test_code_preview_needs_data_and_shows_changed_settings(mapped, model, runs_
     assert code == SKIP and "Lora.r = 0 is below the minimum 1" in error
 
 
+def test_a_preview_replayed_for_the_same_values_changes_nothing(mapped, model, runs_dir: Path):
+    values = [mapped, model, "sft", "", "", 0.1, [], *with_values(max_steps=3)]
+    code, error, previewed = train.preview_changed(None, *values, runs_dir=runs_dir)
+    assert "max_steps=3" in code and error == "" and previewed == code
+    # Start or Run elsewhere wrote the panel since: the same values again leave it alone.
+    assert train.preview_changed(previewed, *values, runs_dir=runs_dir) == (SKIP,) * 3
+    values[-len(with_values()) :] = with_values(max_steps=4)
+    code, _, previewed = train.preview_changed(previewed, *values, runs_dir=runs_dir)
+    assert "max_steps=4" in code and previewed == code
+
+
 def test_start_returns_at_once_and_selects_the_run(mapped, model, runs_dir: Path):
     values = with_values(max_steps=6, batch_size=2, logging_steps=1)
     preview, _ = train.preview_code(

@@ -211,6 +211,17 @@ def preview_code(
     return present.portable_code(spec_code(spec, runs_dir)), ""
 
 
+def preview_changed(previewed: str | None, *values: Any, runs_dir: Path) -> tuple[Any, ...]:
+    """Widget values -> (code, error box, code previewed): nothing changes when the code is the
+    one previewed last. A value can fire its change event more than once, and those events can
+    queue behind a click: replaying one must not replace the code Start or Run elsewhere wrote
+    for the same values (CI saw a bundle's code replaced so)."""
+    code, error = preview_code(*values, runs_dir=runs_dir)
+    if code == previewed:
+        return gr.skip(), gr.skip(), gr.skip()
+    return code, error, code
+
+
 def memory(*values: Any, runs_dir: Path) -> str:
     """Start's input values -> the memory line above Start (empty while no spec can be built;
     the code panel says why)."""
@@ -336,6 +347,7 @@ def build(ctx: AppContext) -> None:
         elem_id="train-code",
     )
     seen = gr.State(None)
+    previewed = gr.State(None)  # the code the last preview showed
     following = gr.State((train_defaults.target(ctx.model.value, None, ctx.runs_dir), "sft"))
 
     # The order `read_spec` reads them in: Lora, TrainArgs, Hardware, then GRPO's ReinforceArgs.
@@ -352,9 +364,9 @@ def build(ctx: AppContext) -> None:
     remote_panel.wire_elsewhere(ctx, elsewhere, elsewhere_shown, inputs, code, checked)
     gr.on(
         [w.change for w in inputs],  # type: ignore[attr-defined]  # every input has .change
-        partial(preview_code, runs_dir=ctx.runs_dir),
-        inputs,
-        [code, error],
+        partial(preview_changed, runs_dir=ctx.runs_dir),
+        [previewed, *inputs],
+        [code, error, previewed],
         trigger_mode="always_last",
         show_progress="hidden",
     )
