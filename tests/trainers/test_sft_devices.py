@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from dragonfarm_core import training
@@ -47,6 +48,15 @@ def _curves(run_dir: Path) -> tuple[dict[int, float], dict[int, float]]:
         assert row["step"] not in into, f"step {row['step']} logged twice in {run_dir.name}"
         into[row["step"]] = row[column]
     return train, held_out
+
+
+CANARY = "canary-secret-4e1f"
+
+
+def _environments(pid: int) -> list[dict[str, str]]:
+    """The environment of process `pid` and of every process under it."""
+    top = psutil.Process(pid)
+    return [p.environ() for p in [top, *top.children(recursive=True)]]
 
 
 @pytest.fixture
@@ -108,11 +118,17 @@ def test_two_cpu_processes_train_like_one_with_the_same_effective_batch(
 
 @pytest.mark.slow
 def test_a_cancel_stops_both_processes_and_the_run_resumes_on_both(
-    make_run, model_dir, one_thread_each
+    make_run, model_dir, one_thread_each, monkeypatch
 ):
     run = _on(make_run(model_dir, name="cancel", grad_accum=2, **{**SAME_RUN, "max_steps": 12}), 2)
-    launch.start_run(run)
+    for name in ("HF_TOKEN", "OPENAI_API_KEY", "MY_SERVICE_PAT"):  # the caller's secrets
+        monkeypatch.setenv(name, CANARY)
+    pid = launch.start_run(run)
     _wait(run, until="step 3")
+    # The launcher, accelerate and both ranks run on the allow-listed environment.
+    ranks = _environments(pid)
+    assert sorted(env.get("RANK") for env in ranks if "RANK" in env) == ["0", "1"]
+    assert [name for env in ranks for name, value in env.items() if CANARY in value] == []
     assert launch.cancel_run(run, timeout=120)["state"] == "cancelled"
     [saved] = files.checkpoints(run)  # complete: each process's RNG state, then the marker
     assert {"rng_state_0.pth", "rng_state_1.pth", files.CHECKPOINT_COMPLETE} <= {
