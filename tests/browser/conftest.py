@@ -70,21 +70,14 @@ def example_mapped(page, timeout_ms: int = 30_000) -> None:
 
 def set_train_args(page, settings: dict[str, str], timeout_ms: int = 30_000) -> None:
     """Fill the Train tab's TrainArgs boxes (`name` -> value) and wait until the code panel
-    shows every one: a preview still pending for an earlier box would otherwise land after
-    what the next click writes there (CI saw the bundle's code replaced so)."""
+    shows every one. Previews replayed after that change nothing (`train.preview_changed`), so
+    the code a click writes next stays."""
     for name, value in settings.items():
         box = page.locator(f"#train-trainargs-{name} input")
         box.fill(value)
         box.press("Tab")
     for name, value in settings.items():
         expect(page.locator("#train-code")).to_contain_text(f"{name}={value}", timeout=timeout_ms)
-    # Each box sends more than one event (change, then blur): previews can still be queued
-    # after every value shows. Wait until the panel has stopped processing for a moment.
-    code, quiet, waited = page.locator("#train-code"), 0, 0
-    while quiet < 4 and waited < timeout_ms:
-        quiet = 0 if "processing" in code.inner_text() else quiet + 1
-        page.wait_for_timeout(250)
-        waited += 250
 
 
 @pytest.fixture(scope="session")

@@ -191,6 +191,16 @@ def test_a_preview_replayed_for_the_same_values_changes_nothing(mapped, model, r
     assert "max_steps=4" in code and previewed == code
 
 
+def test_putting_a_refused_value_back_clears_its_error(mapped, model, runs_dir: Path):
+    fine = [mapped, model, "sft", "", "", 0.1, [], *with_values(max_steps=3)]
+    bad = [*fine[:7], *with_values(max_steps=3, r=0)]
+    _, _, previewed = train.preview_changed(None, *fine, runs_dir=runs_dir)
+    code, error, previewed = train.preview_changed(previewed, *bad, runs_dir=runs_dir)
+    assert code == SKIP and "Lora.r = 0" in error and previewed is None
+    code, error, _ = train.preview_changed(previewed, *fine, runs_dir=runs_dir)
+    assert "max_steps=3" in code and error == ""
+
+
 def test_start_returns_at_once_and_selects_the_run(mapped, model, runs_dir: Path):
     values = with_values(max_steps=6, batch_size=2, logging_steps=1)
     preview, _ = train.preview_code(

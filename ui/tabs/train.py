@@ -219,7 +219,9 @@ def preview_changed(previewed: str | None, *values: Any, runs_dir: Path) -> tupl
     code, error = preview_code(*values, runs_dir=runs_dir)
     if code == previewed:
         return gr.skip(), gr.skip(), gr.skip()
-    return code, error, code
+    # A refused value shows its error and keeps the old code: forget that code, so that putting
+    # the value back previews again and clears the error.
+    return code, error, code if isinstance(code, str) else None
 
 
 def memory(*values: Any, runs_dir: Path) -> str:
