@@ -61,7 +61,7 @@ from dragonfarm_core.llm import (
 )
 from dragonfarm_core.llm_jobs import LLMJob, start_judge
 from dragonfarm_core.memory_estimate import Estimate, PreflightError, preflight
-from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs
+from dragonfarm_core.method_args import DpoArgs, GrpoArgs, PreferenceArgs
 from dragonfarm_core.models import (
     BUNDLED_MODEL_ID,
     ModelError,
@@ -138,6 +138,7 @@ __all__ = [
     "Dataset",
     "DatasetError",
     "DatasetWarning",
+    "DpoArgs",
     "EvaluationJob",
     "ExportJob",
     "GGUFJob",

@@ -18,7 +18,7 @@ import warnings
 from typing import Any
 
 from dragonfarm_core.bundle_zip import write_bundle
-from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs, check_rewards
+from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs, check_rewards, preference_args
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import create, files
 from dragonfarm_core.rundir.run import Run, open_run
@@ -39,8 +39,8 @@ def _method(method: str | None, dataset: Any, rewards: Any) -> str:
 
 
 def _method_args(method: str, beta: float | None, rewards: Any, group_size: int,
-                 temperature: float, max_new_tokens: int, loss_type: str = "dapo",
-                 scale_rewards: str = "group") -> Any:  # fmt: skip
+                 temperature: float, max_new_tokens: int, loss_type: str | None = None,
+                 scale_rewards: str = "group", label_smoothing: float = 0.0) -> Any:  # fmt: skip
     """The method's settings group, as prefer() and reinforce() build it."""
     if method == "grpo":
         if rewards is None:
@@ -48,11 +48,13 @@ def _method_args(method: str, beta: float | None, rewards: Any, group_size: int,
         extra = {} if beta is None else {"beta": beta}
         return GrpoArgs(rewards=check_rewards(rewards), group_size=group_size,
                         temperature=temperature, max_new_tokens=max_new_tokens,
-                        loss_type=loss_type, scale_rewards=scale_rewards, **extra)  # fmt: skip
+                        loss_type=loss_type or "dapo", scale_rewards=scale_rewards,
+                        **extra)  # fmt: skip
     if rewards is not None:
         raise ValueError(f"rewards= are for GRPO; method {method!r} takes none.")
-    if METHODS[method].settings is PreferenceArgs:
-        return PreferenceArgs() if beta is None else PreferenceArgs(beta)
+    if METHODS[method].settings is not None:
+        return preference_args(method, PreferenceArgs().beta if beta is None else beta,
+                               loss_type or "sigmoid", label_smoothing)  # fmt: skip
     if beta is not None:
         raise ValueError(f"beta= is for DPO, ORPO and GRPO; method {method!r} takes none.")
     return None
@@ -75,14 +77,16 @@ def bundle(
     group_size: int = 4,
     temperature: float = 1,
     max_new_tokens: int = 128,
-    loss_type: str = "dapo",
+    loss_type: str | None = None,
     scale_rewards: str = "group",
+    label_smoothing: float = 0.0,
 ) -> Run:
     """Write a run as train()/prefer()/reinforce() would, and zip it for a GPU machine.
 
     method: "sft", "dpo", "orpo" or "grpo"; None picks GRPO when `rewards` are given, DPO for a
     dataset mapped with .map_pairs(), SFT otherwise. args=None takes the method's defaults (as
-    its own function does); beta=None the method's default. Nothing is trained here: the run's
+    its own function does); beta=None and loss_type=None the method's defaults (loss_type and
+    label_smoothing as prefer() takes them for DPO, loss_type as reinforce() for GRPO). Nothing is trained here: the run's
     state is "bundled" and <run>/bundle/dragonfarm-<run id>.zip holds the data, config.json,
     the trainer's code, pinned requirements for a CUDA machine and the notebook (also written
     next to it). A `command` reward whose program would not exist remotely is warned about.
@@ -90,7 +94,7 @@ def bundle(
     """
     chosen = _method(method, dataset, rewards)
     settings = _method_args(chosen, beta, rewards, group_size, temperature, max_new_tokens,
-                            loss_type, scale_rewards)
+                            loss_type, scale_rewards, label_smoothing)  # fmt: skip
     spec = RunSpec(chosen, dataset, model, lora=lora, args=args, method_args=settings,
                    name=name, n_samples=n_samples, revision=revision,
                    trust_remote_code=trust_remote_code)  # fmt: skip

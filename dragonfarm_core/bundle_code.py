@@ -31,7 +31,7 @@ def bundle_arguments(spec: RunSpec) -> dict[str, Any]:
     if isinstance(group, GrpoArgs):
         out |= {"rewards": list(group.rewards), **ReinforceArgs.to_dict(group)}
     elif isinstance(group, PreferenceArgs):
-        out["beta"] = group.beta
+        out |= group.to_dict()  # beta, and DPO's loss_type and label_smoothing
     return out
 
 

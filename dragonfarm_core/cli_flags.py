@@ -173,12 +173,14 @@ def _fields(groups: Iterable[Group]) -> dict[str, Uses]:
 def _help(uses: Uses, methods: Sequence[str]) -> str:
     """The field's help and limits (each method's, where a shared flag means two things), then
     the defaults; '%' escaped for argparse."""
-    parts = [f.metadata.get("help", "").rstrip(".") + "." + _limits(f.metadata) for _, f in uses]
-    if len(set(parts)) > 1:
-        parts = [
-            f"{', '.join(g.defaults)}: {part}" for (g, _), part in zip(uses, parts, strict=True)
-        ]
-    return f"{' '.join(dict.fromkeys(parts))} ({_defaults_text(uses, methods)})".replace("%", "%%")
+    by_text: dict[str, list[str]] = {}  # each help text, and the methods it is for
+    for group, f in uses:
+        text = f.metadata.get("help", "").rstrip(".") + "." + _limits(f.metadata)
+        by_text.setdefault(text, []).extend(group.defaults)
+    parts = list(by_text)
+    if len(parts) > 1:
+        parts = [f"{', '.join(ms)}: {text}" for text, ms in by_text.items()]
+    return f"{' '.join(parts)} ({_defaults_text(uses, methods)})".replace("%", "%%")
 
 
 def add_flags(
@@ -192,12 +194,11 @@ def add_flags(
         text = _help(uses, methods)
         section = sections.get(group.title) or parser.add_argument_group(group.title)
         sections[group.title] = section
+        kind = _argument(hint, field.metadata)
+        if "choices" in kind:  # a flag two groups share takes the choices of both (--loss-type)
+            kind["choices"] = list(dict.fromkeys(c for _, f in uses for c in f.metadata["choices"]))
         section.add_argument(
-            flag,
-            dest=_dest(flag),
-            default=argparse.SUPPRESS,
-            help=text,
-            **_argument(hint, field.metadata),
+            flag, dest=_dest(flag), default=argparse.SUPPRESS, help=text, **kind
         )
 
 

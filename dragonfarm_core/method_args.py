@@ -1,7 +1,9 @@
-"""Each method's own settings, config.json's `method_args`: `PreferenceArgs` (DPO, ORPO) and
-`GrpoArgs` (GRPO: the rewards and `ReinforceArgs`, the sampling settings).
+"""Each method's own settings, config.json's `method_args`: `PreferenceArgs` (ORPO),
+`DpoArgs` (DPO: PreferenceArgs and the loss) and `GrpoArgs` (GRPO: the rewards and
+`ReinforceArgs`, the sampling settings).
 
     dragon.PreferenceArgs(beta=0.2)
+    dragon.DpoArgs(beta=0.2, loss_type="ipo")
     dragon.GrpoArgs(rewards=[dragon.reward("numeric")], group_size=6)
 
 Frozen dataclasses like `Lora` and `TrainArgs`: validated in `__post_init__` (every error names
@@ -50,6 +52,49 @@ class PreferenceArgs:
 
     def copy_into(self, run_dir: str | Path) -> PreferenceArgs:
         return self  # nothing outside config.json to keep
+
+
+# TRL's DPO losses that need nothing more than beta (and robust's label smoothing); each is
+# scored on the held-out pairs the way it trains (trainers/dpo.py's dpo_loss).
+DPO_LOSSES = ("sigmoid", "hinge", "ipo", "robust")
+
+
+@dataclass(frozen=True)
+class DpoArgs(PreferenceArgs):
+    """DPO's settings: beta, and which of TRL's DPO losses turns the reward margin into a loss."""
+
+    loss_type: str = setting("sigmoid", "Loss", choices=DPO_LOSSES, help=
+        "TRL's loss_type: sigmoid is DPO's own; hinge stops pushing once a pair is won by a "
+        "margin of 1/beta; ipo (Azar et al.) pulls the per-token margin towards 1/(2 beta) and "
+        "overfits less on small data; robust expects some pairs to be the wrong way round "
+        "(label smoothing says how many).")  # fmt: skip
+    label_smoothing: float = setting(0.0, "Label smoothing", min=0.0, max=0.49, step=0.01, help=
+        "robust only: the share of pairs you expect to be labelled the wrong way round "
+        "(below 0.5).")  # fmt: skip
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_numbers(self)
+        check_choice(self, "loss_type")
+        if self.label_smoothing and self.loss_type != "robust":
+            raise SettingsError(
+                f"DpoArgs.label_smoothing = {self.label_smoothing:g} is robust DPO's share of "
+                f"pairs the wrong way round; {self.loss_type!r} does not use it: set "
+                "loss_type='robust', or label_smoothing=0."
+            )
+
+
+def preference_args(method: str, beta: float, loss_type: str = "sigmoid",
+                    label_smoothing: float = 0.0) -> PreferenceArgs:  # fmt: skip
+    """DPO's DpoArgs, or ORPO's PreferenceArgs (which refuses DPO's loss settings)."""
+    if method == "dpo":
+        return DpoArgs(beta, loss_type, label_smoothing)
+    if (loss_type, label_smoothing) != ("sigmoid", 0):
+        raise ValueError(
+            f"loss_type= and label_smoothing= choose DPO's loss; {method.upper()} has one loss of "
+            "its own: leave them out, or use method='dpo'."
+        )
+    return PreferenceArgs(beta)
 
 
 # TRL's GRPO losses that need nothing more than these settings (cispo, sapo, luspo and vespo

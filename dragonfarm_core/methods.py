@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs
+from dragonfarm_core.method_args import DpoArgs, GrpoArgs, PreferenceArgs
 from dragonfarm_core.settings import TrainArgs
 
 # The columns every trainer writes to progress.jsonl (a method's own columns come after them).
@@ -54,10 +54,10 @@ PREFERENCE_CURVES = (
 PREFERENCE_METRICS = ("pref_accuracy", "reward_margin", "eval_pairs", "eval_loss")
 
 
-def _preference(name: str, label: str) -> Method:
+def _preference(name: str, label: str, settings: type[PreferenceArgs]) -> Method:
     return Method(
         name, label, "prefer", ("pairs",), PAIRS_HINT, "pairs", f"dragonfarm_core.trainers.{name}",
-        PREFERENCE_ARGS, PreferenceArgs, PREFERENCE_CURVES, PREFERENCE_METRICS, True,
+        PREFERENCE_ARGS, settings, PREFERENCE_CURVES, PREFERENCE_METRICS, True,
     )  # fmt: skip
 
 
@@ -77,9 +77,11 @@ METHODS: dict[str, Method] = {
         recomputable=True,
         several_devices=True,
     ),
-    "dpo": _preference("dpo", "DPO: prefer the chosen reply to the rejected one"),
+    "dpo": _preference("dpo", "DPO: prefer the chosen reply to the rejected one", DpoArgs),
     "orpo": _preference(
-        "orpo", "ORPO: learn the chosen reply, move away from the rejected one (no reference)"
+        "orpo",
+        "ORPO: learn the chosen reply, move away from the rejected one (no reference)",
+        PreferenceArgs,
     ),
     "grpo": Method(
         name="grpo",

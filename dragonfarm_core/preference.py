@@ -6,9 +6,10 @@
     dragon.evaluate(dpo)
 
 Like train(), it writes a run directory and starts the trainer in a subprocess
-(dragonfarm_core/trainers/dpo.py or orpo.py); config.json records `method` and
-`method_args = {"beta": ...}`. Passing a finished run as `model` folds its adapters into the
-base before a new adapter is trained, which is the usual order: train(), then prefer().
+(dragonfarm_core/trainers/dpo.py or orpo.py); config.json records `method` and `method_args`
+(`beta`, and DPO's `loss_type` and `label_smoothing`). Passing a finished run as `model` folds
+its adapters into the base before a new adapter is trained, which is the usual order: train(),
+then prefer().
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dragonfarm_core.method_args import PreferenceArgs
+from dragonfarm_core.method_args import preference_args
 from dragonfarm_core.methods import METHODS as TABLE
 from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Hardware, Lora, TrainArgs
@@ -31,6 +32,8 @@ def prefer(
     model: Any,
     method: str = "dpo",
     beta: float = 0.1,
+    loss_type: str = "sigmoid",
+    label_smoothing: float = 0.0,
     lora: Lora | None = None,
     args: TrainArgs | None = None,
     hardware: Hardware = DEFAULT_HARDWARE,
@@ -51,6 +54,8 @@ def prefer(
     chosen one; it needs no reference and works from a base model that was not fine-tuned.
     beta: how hard the model is pushed (DPO's KL strength, ORPO's odds-ratio weight); 0.1 is a
     sensible start for both. `args.batch_size` counts pairs.
+    loss_type (DPO only): TRL's DPO loss: "sigmoid" (DPO's own), "hinge", "ipo" or "robust";
+    label_smoothing: robust's share of pairs expected the wrong way round (below 0.5).
     model: a preset or Hub id, a local folder, or a succeeded Run to continue from.
 
     Returns the Run at once; with wait=True, blocks with a progress bar and raises
@@ -60,7 +65,7 @@ def prefer(
         raise ValueError(f"method={method!r} is not one of {', '.join(map(repr, METHODS))}.")
     spec = RunSpec(
         method, dataset, model, lora=lora, args=args, hardware=hardware,
-        method_args=PreferenceArgs(beta), name=name, n_samples=n_samples, revision=revision,
-        trust_remote_code=trust_remote_code,
+        method_args=preference_args(method, beta, loss_type, label_smoothing), name=name,
+        n_samples=n_samples, revision=revision, trust_remote_code=trust_remote_code,
     )  # fmt: skip
     return start(spec, run_dir, runs_dir, wait)

@@ -1,13 +1,14 @@
 """`RunSpec`: one typed description of a training run, and config.json's part of it.
 
-    spec = RunSpec("dpo", pairs, "dragonfarm/tiny-support", method_args=PreferenceArgs(beta=0.2))
+    spec = RunSpec("dpo", pairs, "dragonfarm/tiny-support", method_args=DpoArgs(beta=0.2))
     run = dragon.start(spec, runs_dir="runs")        # what train(), prefer(), reinforce() do
     RunSpec.from_dict(run.config) == spec            # config.json round-trips it
 
 The method, the dataset, the model and the grouped settings (`Lora`, `TrainArgs`, `Hardware`,
-and the method's own group from the method table: `PreferenceArgs` or `GrpoArgs`), validated
-in `__post_init__` with the field named. `train`, `prefer` and `reinforce` build one, the Train
-tab builds one from its widgets, `code(run)` and `resume` read one back from config.json.
+and the method's own group from the method table: `DpoArgs`, `PreferenceArgs` or `GrpoArgs`),
+validated in `__post_init__` with the field named. `train`, `prefer` and `reinforce` build one,
+the Train tab builds one from its widgets, `code(run)` and `resume` read one back from
+config.json.
 Where a run goes (`run_dir`, `runs_dir`) and whether to wait are not part of it: they are the
 start function's arguments. What only writing the run can know (its id, the time, the resolved
 model block with the base and adapters, the row counts) `rundir.create` adds to config.json.
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dragonfarm_core import methods
-from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs
+from dragonfarm_core.method_args import DpoArgs, GrpoArgs, PreferenceArgs
 from dragonfarm_core.recommended import recommended
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs, from_dict, to_dict
@@ -89,7 +90,7 @@ class RunSpec:
     lora: Lora | None = None
     args: TrainArgs | None = None
     hardware: Hardware = DEFAULT_HARDWARE
-    method_args: PreferenceArgs | GrpoArgs | None = None
+    method_args: PreferenceArgs | DpoArgs | GrpoArgs | None = None
     name: str | None = None
     n_samples: int = 10
     revision: str | None = None
@@ -252,7 +253,9 @@ def _method_args(row: methods.Method, given: Any) -> Any:
                 'method_args=dragon.GrpoArgs(rewards=[dragon.reward("numeric")]).'
             )
         return group()  # type: ignore[call-arg]  # the other groups default every field
-    if not isinstance(given, group):
+    if group is DpoArgs and type(given) is PreferenceArgs:  # beta alone: DPO's default loss
+        given = DpoArgs(**given.to_dict())
+    if type(given) is not group:  # a DpoArgs is a PreferenceArgs, but not ORPO's
         raise SettingsError(
             f"RunSpec.method_args must be dragon.{group.__name__}(...) for {row.name}, got "
             f"{type(given).__name__}: {given!r:.80}."

@@ -217,11 +217,25 @@ def test_wait_exits_1_when_the_run_fails(runs, data):
 
 def test_pairs_train_dpo_with_its_own_defaults_and_beta(runs, data):
     done = cli("train", str(data["pairs"]), "--model", MODEL, "--prompt", "q", "--chosen", "good",
-               "--rejected", "bad", "--beta", "0.2", "--runs-dir", str(runs), "--wait")  # fmt: skip
+               "--rejected", "bad", "--beta", "0.2", "--loss-type", "ipo", "--runs-dir", str(runs),
+               "--wait")  # fmt: skip
     assert done.returncode == 0, done.stderr
     config = files.read_config(only_run(runs))
-    assert config["method"] == "dpo" and config["method_args"] == {"beta": 0.2}
+    assert config["method"] == "dpo"
+    assert config["method_args"] == {"beta": 0.2, "loss_type": "ipo", "label_smoothing": 0.0}
     assert config["args"]["epochs"] == 2 and config["args"]["learning_rate"] == 5e-5
+
+
+def test_a_loss_type_of_another_method_is_refused_naming_the_flag(runs, data):
+    pairs = (str(data["pairs"]), "--model", MODEL, "--prompt", "q", "--chosen", "good",
+             "--rejected", "bad", "--runs-dir", str(runs))  # fmt: skip
+    done = cli("train", *pairs, "--loss-type", "dr_grpo")  # GRPO's, offered by the shared flag
+    assert done.returncode == 2
+    assert "DpoArgs.loss_type = 'dr_grpo' is not one of sigmoid" in done.stderr
+    assert "(flag --loss-type)" in done.stderr
+    done = cli("train", *pairs, "--method", "orpo", "--label-smoothing", "0.1")
+    assert done.returncode == 2 and "--label-smoothing does not apply to orpo" in done.stderr
+    assert not runs.exists() or not list(runs.iterdir())  # nothing written
 
 
 def test_grpo_rewards_come_from_reward_flags(runs, data):

@@ -38,6 +38,9 @@ def _pairs() -> dragon.Dataset:
         ({"beta": -1.0}, SettingsError, "beta must be a number > 0"),
         ({"beta": True}, SettingsError, "beta must be a number > 0"),
         ({"beta": "0.1"}, SettingsError, "beta must be a number > 0"),
+        ({"loss_type": "kto"}, SettingsError, "DpoArgs.loss_type = 'kto' is not one of sigmoid"),
+        ({"label_smoothing": 0.1}, SettingsError, "set loss_type='robust', or label_smoothing=0"),
+        ({"method": "orpo", "loss_type": "ipo"}, ValueError, "ORPO has one loss of its own"),
     ],
 )
 def test_bad_method_or_beta_is_refused_before_anything_is_written(
@@ -60,7 +63,8 @@ def test_a_dataset_not_mapped_as_pairs_is_refused(runs_root, model_dir):
 def test_prefer_writes_the_method_beta_and_the_stage_defaults(runs_root, model_dir, method):
     run = prefer(_pairs(), str(model_dir), method=method, beta=0.25, runs_dir=runs_root)
     config = files.read_config(run.dir)
-    assert config["method"] == method and config["method_args"] == {"beta": 0.25}
+    dpo_own = {"loss_type": "sigmoid", "label_smoothing": 0.0} if method == "dpo" else {}
+    assert config["method"] == method and config["method_args"] == {"beta": 0.25, **dpo_own}
     assert config["data"]["kind"] == "pairs"
     assert config["args"]["learning_rate"] == 5e-5 and config["args"]["epochs"] == 2
     rows = files.read_jsonl(files.data_path(run.dir, "train"))
@@ -93,6 +97,14 @@ def test_code_of_a_default_dpo_run_keeps_the_stage_defaults(runs_root, model_dir
     run = prefer(_pairs(), str(model_dir), runs_dir=runs_root)
     source = _round_trip(run.dir, runs_root)
     assert 'method="dpo"' in source and "beta=0.1" in source
+
+
+def test_code_reproduces_a_dpo_run_with_its_loss(runs_root, model_dir):
+    run = prefer(_pairs(), str(model_dir), loss_type="robust", label_smoothing=0.1,
+                 runs_dir=runs_root)  # fmt: skip
+    assert run.config["method_args"] == {"beta": 0.1, "loss_type": "robust", "label_smoothing": 0.1}
+    source = _round_trip(run.dir, runs_root)
+    assert 'loss_type="robust",\n    label_smoothing=0.1,' in source
 
 
 @pytest.mark.slow

@@ -75,11 +75,14 @@ def field_widget(
     return gr.Textbox(value="" if text is None else text, **kwargs)
 
 
-def settings_widgets(cls: type, values: Any = None) -> list[gr.Component]:
-    """One widget per shown field of a settings dataclass, in field order, three to a row,
-    holding `values` (an instance of `cls`; default: `cls()`)."""
+def settings_widgets(
+    cls: type, values: Any = None, only: Sequence[str] | None = None
+) -> list[gr.Component]:
+    """One widget per shown field of a settings dataclass (or of those named in `only`), in
+    field order, three to a row, holding `values` (an instance of `cls`; default: `cls()`)."""
     defaults, hints = cls() if values is None else values, typing.get_type_hints(cls)
-    fields, widgets = shown_fields(cls), []
+    fields = [f for f in shown_fields(cls) if only is None or f.name in only]
+    widgets: list[gr.Component] = []
     for start in range(0, len(fields), 3):
         with gr.Row():
             widgets += [

@@ -18,7 +18,7 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core import ResolvedModel
-from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs
+from dragonfarm_core.method_args import DpoArgs, GrpoArgs, PreferenceArgs
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import refs
 from dragonfarm_core.settings import Lora, TrainArgs
@@ -80,7 +80,9 @@ def follow(
     return (*updates, note_html(fits, now[1]), now)
 
 
-def method_boxes(method: str) -> tuple[Any, Any]:
-    """The DPO/ORPO box and the GRPO box, shown for the methods they belong to."""
+def method_boxes(method: str) -> tuple[Any, Any, Any]:
+    """The DPO/ORPO box (beta), DPO's loss box inside it and the GRPO box, shown for the
+    methods they belong to."""
     group = METHODS[method].settings if method in METHODS else None
-    return gr.update(visible=group is PreferenceArgs), gr.update(visible=group is GrpoArgs)
+    return (gr.update(visible=group in (PreferenceArgs, DpoArgs)),
+            gr.update(visible=group is DpoArgs), gr.update(visible=group is GrpoArgs))  # fmt: skip

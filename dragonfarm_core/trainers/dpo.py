@@ -7,7 +7,8 @@ DPO (Rafailov et al., 2023) raises the model's implicit reward of the chosen rep
 rejected one, where a reply's reward is beta x (log p_policy - log p_reference) of its tokens.
 The reference is the same model with the LoRA adapter switched off, so it costs no second copy
 in memory; continuing from a finished run folds that run's adapters into the base first, so the
-reference is that run.
+reference is that run. How the margin becomes a loss is TRL's `loss_type` (DpoArgs: sigmoid,
+DPO's own; hinge; ipo; robust, with its label smoothing), the held-out pairs scored the same way.
 
 Reads top to bottom: config, pairs (tokenized here as SFT rows are: the chat template, the
 prompt masked, truncation counted), the model with its adapter, `DPOConfig` from the spec,
@@ -28,6 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from dragonfarm_core.method_args import DPO_LOSSES
 from dragonfarm_core.trainers import lifecycle, modeling, pref_data, trl_run
 from dragonfarm_core.trainers.common import reported_run, resolve_placement
 from dragonfarm_core.trainers.config import load_config
@@ -35,19 +37,41 @@ from dragonfarm_core.trainers.pref_data import EncodedPairs, PairScores
 from dragonfarm_core.trainers.sft_data import IGNORE
 
 
-def dpo_loss(policy: torch.Tensor, reference: torch.Tensor, n: int, beta: float) -> PairScores:
-    """DPO from summed reply log-probabilities; rows 0..n-1 are chosen, n..2n-1 rejected."""
+def dpo_loss(policy: torch.Tensor, reference: torch.Tensor, n: int, beta: float,
+             loss_type: str = "sigmoid", label_smoothing: float = 0.0,
+             tokens: torch.Tensor | None = None) -> PairScores:  # fmt: skip
+    """DPO from summed reply log-probabilities; rows 0..n-1 are chosen, n..2n-1 rejected.
+
+    Each loss of method_args.DPO_LOSSES as TRL's DPOTrainer computes it (a test holds the two
+    equal). Written out because TRL's is inside `_compute_loss`, which runs its own forward
+    passes and returns only the batch's mean, where the held-out measure needs each pair's loss
+    and rewards from the reply-only scoring. `tokens` (each row's reply tokens) is IPO's."""
     chosen = beta * (policy[:n] - reference[:n])
     rejected = beta * (policy[n:] - reference[n:])
-    return PairScores(loss=-F.logsigmoid(chosen - rejected), chosen=chosen, rejected=rejected)
+    margin = chosen - rejected
+    if loss_type == "sigmoid":
+        loss = -F.logsigmoid(margin)
+    elif loss_type == "hinge":
+        loss = torch.relu(1 - margin)
+    elif loss_type == "robust":
+        e = label_smoothing
+        loss = (-(1 - e) * F.logsigmoid(margin) + e * F.logsigmoid(-margin)) / (1 - 2 * e)
+    elif loss_type == "ipo" and tokens is not None:
+        per_token = (policy - reference) / tokens.clamp(min=1)
+        loss = (per_token[:n] - per_token[n:] - 1 / (2 * beta)) ** 2
+    else:
+        raise ValueError(f"DPO loss_type {loss_type!r}: one of {', '.join(DPO_LOSSES)} "
+                         "(ipo needs each row's reply token counts).")  # fmt: skip
+    return PairScores(loss=loss, chosen=chosen, rejected=rejected)
 
 
-def dpo_score(model: Any, batch: dict[str, torch.Tensor], n: int, beta: float) -> PairScores:
+def dpo_score(model: Any, batch: dict[str, torch.Tensor], n: int, beta: float,
+              loss_type: str = "sigmoid", label_smoothing: float = 0.0) -> PairScores:  # fmt: skip
     """The held-out measure: DPO's loss and rewards, the reference with the adapter off."""
-    policy, _ = pref_data.reply_logps(model, batch)
+    policy, tokens = pref_data.reply_logps(model, batch)
     with torch.no_grad(), model.disable_adapter():
         reference, _ = pref_data.reply_logps(model, batch)
-    return dpo_loss(policy, reference, n, beta)
+    return dpo_loss(policy, reference, n, beta, loss_type, label_smoothing, tokens)
 
 
 class PairCollator:
@@ -85,7 +109,8 @@ def main(run_dir: str | os.PathLike[str]) -> str:
     with reported_run(run_dir) as report:
         config = load_config(run_dir)
         args = config.args
-        beta = pref_data.read_beta(config)
+        settings = pref_data.read_settings(config)
+        beta = settings.beta
         placement = resolve_placement(config.hardware)
         tokenizer = modeling.load_tokenizer(config.model)
         pairs = pref_data.read_pairs(run_dir, "train"), pref_data.read_pairs(run_dir, "eval")
@@ -99,10 +124,12 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         model, plan, trainable, total = lifecycle.model_and_plan(
             report, config, placement, len(train), truncated
         )
-        score = functools.partial(dpo_score, beta=beta)
+        score = functools.partial(dpo_score, **settings.to_dict())
 
         callback = pref_data.run_callback(run_dir, report, config, held_out, tokenizer, score)
         dpo_args = trl_run.arguments(DPOConfig, config, placement, run_dir, beta=beta,
+                                     loss_type=[settings.loss_type],
+                                     label_smoothing=settings.label_smoothing,
                                      max_length=args.max_seq_len)  # fmt: skip
         trainer = trl_run.counted(pretokenized(DPOTrainer))(
             model=model,
@@ -119,7 +146,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         model.delete_adapter("ref")
         trainer.remove_callback(PrinterCallback)  # progress.jsonl has the rows
         print(
-            f"DPO (beta {beta:g}) on {config.model.name}, {placement.device} "
+            f"DPO ({settings.loss_type} loss, beta {beta:g}) on {config.model.name}, {placement.device} "
             f"({placement.dtype_name}): {len(train)} pairs, {plan.total_steps} steps, "
             f"{trainable:,} of {total:,} parameters trainable.",
             flush=True,
@@ -130,8 +157,8 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         metrics = lifecycle.stop(run_dir, report, model, state, cancelled)
         if metrics is None:
             return "cancelled"
-        pref_data.finish(run_dir, report, config, model, tokenizer, pairs, held_out, score, beta,
-                         state, plan.epoch_at(state.step), metrics)  # fmt: skip
+        pref_data.finish(run_dir, report, config, model, tokenizer, pairs, held_out, score,
+                         settings, state, plan.epoch_at(state.step), metrics)  # fmt: skip
         return "succeeded"
 
 

@@ -70,11 +70,11 @@ def evaluate_pairs(
     from dragonfarm_core.trainers.orpo import orpo_score
 
     args = config.args
-    beta = pref_data.read_beta(config)
+    settings = pref_data.read_settings(config)
     score_fn = {"dpo": dpo_score, "orpo": orpo_score}[config.method]
     eval_pairs = pref_data.read_pairs(run_dir, "eval")
     held_out = pref_data.encode_pairs(tokenizer, eval_pairs, args.max_seq_len)
-    score = functools.partial(score_fn, beta=beta)
+    score = functools.partial(score_fn, **settings.to_dict())
     results = pref_data.evaluate_pairs(
         model, held_out, args.batch_size, tokenizer.pad_token_id, score
     )
@@ -84,7 +84,7 @@ def evaluate_pairs(
     pref_data.write_pair_samples(
         run_dir, model, tokenizer, pairs, split, n_samples, max_new, args.max_seq_len
     )
-    return {**results, "method": config.method, "beta": beta, "step": step}
+    return {**results, "method": config.method, **settings.to_dict(), "step": step}
 
 
 def recompute(run_dir: str | os.PathLike[str], n_samples: int) -> dict[str, Any]:

@@ -113,7 +113,8 @@ def main(run_dir: str | os.PathLike[str]) -> str:
     with reported_run(run_dir) as report:
         config = load_config(run_dir)
         args = config.args
-        beta = pref_data.read_beta(config)
+        settings = pref_data.read_settings(config)
+        beta = settings.beta
         score = functools.partial(orpo_score, beta=beta)
         placement = resolve_placement(config.hardware)
         tokenizer = modeling.load_tokenizer(config.model)
@@ -153,8 +154,8 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         metrics = lifecycle.stop(run_dir, report, model, state, cancelled)
         if metrics is None:
             return "cancelled"
-        pref_data.finish(run_dir, report, config, model, tokenizer, pairs, held_out, score, beta,
-                         state, plan.epoch_at(state.step), metrics)  # fmt: skip
+        pref_data.finish(run_dir, report, config, model, tokenizer, pairs, held_out, score,
+                         settings, state, plan.epoch_at(state.step), metrics)  # fmt: skip
         return "succeeded"
 
 

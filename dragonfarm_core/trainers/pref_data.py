@@ -13,7 +13,6 @@ from those scores alone, so it means the same for DPO and ORPO.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,8 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from dragonfarm_core.chat_template import ROLES
+from dragonfarm_core.method_args import PreferenceArgs
+from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import files
-from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers import sft_data
 from dragonfarm_core.trainers.batching import collate, sorted_batches
 from dragonfarm_core.trainers.common import DataError, RunReporter, TrainState
@@ -39,18 +39,9 @@ Pair = dict[str, list[dict[str, str]]]
 PREF_COLUMNS = ("pref_acc", "reward_margin", "eval_pref_acc", "eval_reward_margin")
 
 
-def read_beta(config: TrainConfig) -> float:
-    """config.json's method_args for DPO and ORPO: only `beta`, a number > 0 (default 0.1)."""
-    unknown = sorted(set(config.method_args) - {"beta"})
-    if unknown:
-        raise SettingsError(
-            f"config.json method_args has unknown key(s) {', '.join(map(repr, unknown))}; "
-            f"{config.method} understands only 'beta'."
-        )
-    beta = config.method_args.get("beta", 0.1)
-    if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 < beta < math.inf:
-        raise SettingsError(f"config.json method_args['beta'] must be a number > 0, got {beta!r}.")
-    return float(beta)
+def read_settings(config: TrainConfig) -> PreferenceArgs:
+    """config.json's method_args for DPO (DpoArgs) and ORPO (PreferenceArgs), checked."""
+    return METHODS[config.method].settings.from_dict(config.method_args)  # type: ignore[union-attr]
 
 
 def _check_messages(value: Any, field: str, last_role: str, where: str) -> list[dict[str, str]]:
@@ -216,14 +207,14 @@ def write_pair_samples(
 
 def finish(
     run_dir: Path, report: RunReporter, config: TrainConfig, model: Any, tokenizer: Any,
-    pairs: tuple[list[Pair], list[Pair]], held_out: EncodedPairs, score: Score, beta: float,
-    state: TrainState, epoch: float, metrics: dict[str, Any],
+    pairs: tuple[list[Pair], list[Pair]], held_out: EncodedPairs, score: Score,
+    settings: PreferenceArgs, state: TrainState, epoch: float, metrics: dict[str, Any],
 ) -> None:  # fmt: skip
     """After the last step (DPO and ORPO, both on TRL): eval.json, the last held-out row,
     samples.json, and status "succeeded" with the metrics. `pairs` is (train, eval)."""
     args, (train_pairs, eval_pairs) = config.args, pairs
     results = evaluate_pairs(model, held_out, args.batch_size, tokenizer.pad_token_id, score)
-    files.write_eval(run_dir, {**results, "method": config.method, "beta": beta,
+    files.write_eval(run_dir, {**results, "method": config.method, **settings.to_dict(),
                                "step": state.step})  # fmt: skip
     if len(held_out):
         log_progress(report, step=state.step, epoch=epoch, elapsed_s=round(state.elapsed_s, 2),

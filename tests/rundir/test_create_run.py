@@ -125,7 +125,8 @@ GRPO_ARGS = {"rewards": [REGEX], "group_size": 4, "beta": 0.1, "temperature": 1.
 
 @pytest.mark.parametrize(
     ("method", "make", "kind", "method_args"),
-    [("dpo", _pairs, "pairs", {"beta": 0.1}), ("orpo", _pairs, "pairs", {"beta": 0.1}),
+    [("dpo", _pairs, "pairs", {"beta": 0.1, "loss_type": "hinge", "label_smoothing": 0.0}),
+     ("orpo", _pairs, "pairs", {"beta": 0.1}),
      ("grpo", _prompts, "prompts", GRPO_ARGS)],
 )  # fmt: skip
 def test_each_method_takes_its_mapping(runs_root, model_dir, method, make, kind, method_args):

@@ -153,15 +153,24 @@ def test_bad_pair_rows_name_the_file_line_and_field(tmp_path, row, message):
     assert pref_data.read_pairs(tmp_path, "eval") == []  # no eval file: no held-out pairs
 
 
-def test_unknown_or_bad_beta_is_a_config_error(make_run, tiny_model_dir):
+def test_unknown_or_bad_settings_are_a_config_error(make_run, tiny_model_dir):
     run_dir = make_run(tiny_model_dir)
     config = files.read_config(run_dir)
-    for method_args, message in (({"beta": 0}, "must be a number > 0"), ({"gamma": 1}, "'gamma'")):
+    for method_args, message in (
+        ({"beta": 0}, "must be a number > 0"),
+        ({"gamma": 1}, "'gamma'"),
+        ({"loss_type": "kto"}, "DpoArgs.loss_type = 'kto' is not one of sigmoid, hinge, ipo"),
+        ({"label_smoothing": 0.1}, "set loss_type='robust'"),
+        ({"loss_type": "robust", "label_smoothing": 0.5}, "label_smoothing = 0.5 is above"),
+    ):
         files.write_config(run_dir, {**config, "method": "dpo", "method_args": method_args})
-        with pytest.raises(SettingsError, match=message):
-            pref_data.read_beta(load_config(run_dir))
-    files.write_config(run_dir, {**config, "method_args": {}})
-    assert pref_data.read_beta(load_config(run_dir)) == 0.1
+        with pytest.raises(SettingsError, match=re.escape(message)):
+            pref_data.read_settings(load_config(run_dir))
+    files.write_config(run_dir, {**config, "method": "orpo", "method_args": {"loss_type": "ipo"}})
+    with pytest.raises(SettingsError, match="PreferenceArgs takes beta"):  # DPO's, not ORPO's
+        pref_data.read_settings(load_config(run_dir))
+    files.write_config(run_dir, {**config, "method": "dpo", "method_args": {}})
+    assert pref_data.read_settings(load_config(run_dir)) == dragon.DpoArgs(0.1, "sigmoid", 0.0)
 
 
 # --- scores -----------------------------------------------------------------------------------
@@ -204,6 +213,46 @@ def test_dpo_loss_matches_a_hand_computation():
     assert scores.chosen.tolist() == [0.25, 0.0] and scores.rejected.tolist() == [-0.5, 0.0]
     assert scores.loss.tolist() == pytest.approx([math.log(1 + math.exp(-0.75)), math.log(2)])
     assert scores.correct().tolist() == [1.0, 0.0]  # a tie is not a win (TRL counts so too)
+
+
+@pytest.mark.parametrize("loss_type, smoothing",
+                         [("sigmoid", 0.0), ("hinge", 0.0), ("ipo", 0.0), ("robust", 0.2)])
+def test_each_held_out_dpo_loss_is_trls_own(tiny_model_dir, tokenizer, tmp_path, loss_type,
+                                            smoothing):  # fmt: skip
+    """dpo_score's loss for each loss_type equals what TRL's DPOTrainer trains on, batch for
+    batch, with an adapter that has moved away from the reference."""
+    from trl import DPOConfig, DPOTrainer
+
+    spec = ModelSpec(name="tiny", base=str(tiny_model_dir))
+    model = modeling.add_lora(modeling.load_model(spec, CPU32, False), Lora(r=4, dropout=0.0),
+                              seed=0, gradient_checkpointing=False, quantized=False)  # fmt: skip
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if "lora_B" in name:
+                weight.normal_(std=0.2)  # policy != reference
+    pairs = support_pairs(6)
+    for p in pairs[3:]:  # the last three the wrong way round: margins of both signs
+        p["chosen"], p["rejected"] = p["rejected"], p["chosen"]
+    data = pref_data.encode_pairs(tokenizer, pairs, max_len=4096)
+    pad, beta = tokenizer.pad_token_id, 0.5
+    config = DPOConfig(output_dir=str(tmp_path), beta=beta, loss_type=[loss_type],
+                       label_smoothing=smoothing, report_to=[], use_cpu=True)  # fmt: skip
+    trainer = dpo.pretokenized(DPOTrainer)(model=model, args=config,
+                                           data_collator=dpo.PairCollator(data, pad),
+                                           train_dataset=pref_data.as_dataset(data),
+                                           processing_class=tokenizer)  # fmt: skip
+    model.delete_adapter("ref")  # as dpo.main does: the reference is the adapter switched off
+    model.eval()
+    pairs = list(range(6))
+    with torch.no_grad():
+        theirs = trainer._compute_loss(model, dpo.PairCollator(data, pad)([{"pair": i} for i in pairs]),
+                                       return_outputs=False)  # fmt: skip
+        ours = dpo.dpo_score(model, data.batch(pairs, pad), 6, beta, loss_type, smoothing)
+    assert float(ours.loss.mean()) == pytest.approx(float(theirs), rel=1e-4)
+    assert ours.margin.min() < 0 < ours.margin.max()  # won and lost pairs both scored
+    accuracy = trainer._metrics["eval"]["rewards/accuracies"][-1]
+    assert float(ours.correct().mean()) == pytest.approx(accuracy)
 
 
 def test_dpo_reference_is_the_model_with_the_adapter_off(lora_model, pair_batch):
@@ -286,6 +335,23 @@ def test_dpo_run_writes_and_reads_back_every_file(tmp_path, model_dir):
 
 
 @pytest.mark.slow
+def test_an_ipo_run_trains_and_scores_the_held_out_pairs_with_ipo(tmp_path, model_dir, capsys):
+    run_dir = write_run("dpo", pairs_dataset(30), str(model_dir), tmp_path / "ipo",
+                        {"beta": 0.1, "loss_type": "ipo"}, max_steps=4,
+                        learning_rate=2e-3)  # fmt: skip
+    assert dpo.main(run_dir) == "succeeded"
+    got = _read_back(run_dir, n_eval=6)
+    # policy = reference before the first step: IPO's loss is (0 - 1 / (2 beta))^2 = 25, on
+    # the training batch (TRL's) and on the held-out pairs (dpo_score) alike
+    assert got["train_rows"][0]["loss"] == pytest.approx(25.0, rel=1e-4)
+    rows = files.read_progress(run_dir)
+    assert rows[0]["step"] == 0 and rows[0]["eval_loss"] == pytest.approx(25.0, rel=1e-4)
+    assert got["eval"]["eval_loss"] < 25.0  # it learned to separate the replies
+    assert got["eval"]["loss_type"] == "ipo" and got["eval"]["label_smoothing"] == 0.0
+    assert "DPO (ipo loss, beta 0.1)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
 def test_dpo_continues_from_an_sft_run_and_resumes_after_cancel(tmp_path, model_dir):
     parent = write_run("sft", sft_dataset(16), str(model_dir), tmp_path / "sft", max_steps=2)
     assert sft.main(parent) == "succeeded"
@@ -294,7 +360,8 @@ def test_dpo_continues_from_an_sft_run_and_resumes_after_cancel(tmp_path, model_
     config = files.read_config(run_dir)
     assert config["continued_from"] == str(parent)
     assert config["model"]["adapters"] == [str(files.adapter_dir(parent))]
-    assert config["method"] == "dpo" and config["method_args"] == {"beta": 0.2}
+    assert config["method"] == "dpo"
+    assert config["method_args"] == {"beta": 0.2, "loss_type": "sigmoid", "label_smoothing": 0.0}
 
     files.request_cancel(run_dir)
     assert dpo.main(run_dir) == "cancelled"

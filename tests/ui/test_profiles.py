@@ -160,8 +160,8 @@ def test_an_api_call_cannot_add_or_start_a_user_code_reward_on_spaces(spaces, tm
                           runs_dir=runs_dir, profile=spaces)  # fmt: skip
     assert out[:3] == (gr.skip(),) * 3 and "turns off" in out[3]
     assert not runs_dir.exists() or dragon.runs(runs_dir).empty
-    dry = train.dry_run(prompts, model, "", [COMMAND], *with_values()[train.N_SETTINGS :],
-                        runs_dir=runs_dir, profile=spaces)  # fmt: skip
+    rl = with_values()[train.N_SETTINGS : train.N_SETTINGS + train.N_REINFORCE]
+    dry = train.dry_run(prompts, model, "", [COMMAND], *rl, runs_dir=runs_dir, profile=spaces)
     assert "turns off" in dry[-1]
 
 

@@ -14,7 +14,7 @@ import pytest
 from results_fakes import bundled_run, good_results, write_zip
 
 import dragonfarm_core as dragon
-from dragonfarm_core.method_args import ReinforceArgs
+from dragonfarm_core.method_args import DpoArgs, ReinforceArgs
 from dragonfarm_core.models import ResolvedModel
 from ui import remote_panel
 from ui.tabs import train
@@ -25,7 +25,7 @@ def _defaults() -> tuple:
     with gr.Blocks():
         widgets = [
             w for cls in (*train.SETTINGS, ReinforceArgs) for w in train.settings_widgets(cls)
-        ]
+        ] + train.settings_widgets(DpoArgs, only=train.DPO_OWN)
     return tuple(w.value for w in widgets)
 
 

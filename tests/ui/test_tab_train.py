@@ -19,9 +19,10 @@ import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.method_args import ReinforceArgs
+from dragonfarm_core.method_args import DpoArgs, ReinforceArgs
+from dragonfarm_core.methods import METHODS
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
-from ui import present, rewards_builder
+from ui import present, rewards_builder, train_defaults
 from ui.tabs import train
 
 SKIP = gr.skip()
@@ -61,17 +62,19 @@ class ScriptedBackend:
 def _defaults() -> tuple:
     with gr.Blocks():
         widgets = [w for cls in WIDGETS for w in train.settings_widgets(cls)]
+        widgets += train.settings_widgets(DpoArgs, only=train.DPO_OWN)
     return tuple(w.value for w in widgets)
 
 
 def default_values() -> list:
-    """What the settings widgets (GRPO's last) hold before anyone touches them."""
+    """What the settings widgets (GRPO's, then DPO's own last) hold before anyone touches them."""
     return list(_defaults())
 
 
 def with_values(**changes) -> list:
     values = default_values()
     names = [f.name for cls in WIDGETS for f in train.shown_fields(cls)]
+    names += [f"dpo_{name}" for name in train.DPO_OWN]  # dpo_loss_type: DPO's, not GRPO's
     for name, value in changes.items():
         values[names.index(name)] = value
     return values
@@ -305,22 +308,35 @@ def test_the_preview_and_start_refuse_a_mismatched_mapping(prompts, model, runs_
 
 
 def test_dpo_starts_prefer_and_its_code_is_the_runs_code(pairs, model, runs_dir: Path):
-    values = with_values(max_steps=4, batch_size=2)
+    values = with_values(max_steps=4, batch_size=2, dpo_loss_type="ipo")
     preview, error = train.preview_code(
         pairs, model, "dpo", "", "", 0.2, [], *values, runs_dir=runs_dir
     )
     assert error == "" and "run = dragon.prefer(" in preview
-    assert 'method="dpo",\n    beta=0.2,' in preview
+    assert 'method="dpo",\n    beta=0.2,\n    loss_type="ipo",\n    label_smoothing=0.0,' in preview
     selected, started, code, error = train.start(
         pairs, model, "dpo", "", "", 0.2, [], *values, runs_dir=runs_dir
     )
     assert error == ""
     run = dragon.open_run(selected)
-    assert run.method == "dpo" and run.config["method_args"] == {"beta": 0.2}
+    assert run.method == "dpo"
+    assert run.config["method_args"] == {"beta": 0.2, "loss_type": "ipo", "label_smoothing": 0.0}
     assert preview == code
     run.wait(timeout=30)
     with pytest.warns(UserWarning, match="Beta is empty"):
         train.start(pairs, model, "orpo", "", "", None, [], *values, runs_dir=runs_dir)
+    orpo = train.preview_code(pairs, model, "orpo", "", "", 0.2, [], *values, runs_dir=runs_dir)
+    assert orpo[1] == "" and "beta=0.2,\n" in orpo[0] and "loss_type" not in orpo[0]
+    smoothing = with_values(dpo_label_smoothing=0.1)  # DPO's own loss, sigmoid, takes none
+    code, error = train.preview_code(pairs, model, "dpo", "", "", 0.2, [], *smoothing,
+                                     runs_dir=runs_dir)  # fmt: skip
+    assert code == SKIP and "set loss_type=&#x27;robust&#x27;, or label_smoothing=0" in error
+
+
+def test_the_dpo_loss_box_shows_for_dpo_alone():
+    shown = {m: [u["visible"] for u in train_defaults.method_boxes(m)] for m in METHODS}
+    assert shown == {"sft": [False, False, False], "dpo": [True, True, False],
+                     "orpo": [True, False, False], "grpo": [False, False, True]}  # fmt: skip
 
 
 # ---- the rewards builder ----------------------------------------------------------------------
@@ -487,7 +503,8 @@ def test_grpo_settings_are_checked_naming_the_field(prompts, model, runs_dir: Pa
 
 def test_the_dry_run_scores_sampled_completions(prompts, model, runs_dir: Path):
     backend = ScriptedBackend(["Reset it (1).", "Reset it (1)." + " and more" * 9])
-    rl = with_values(group_size=2, max_new_tokens=16, temperature=0.7)[train.N_SETTINGS :]
+    rl = with_values(group_size=2, max_new_tokens=16, temperature=0.7)
+    rl = rl[train.N_SETTINGS : train.N_SETTINGS + train.N_REINFORCE]
     table, summary, code, message = train.dry_run(
         prompts, model, "", TWO_REWARDS, *rl, backend=backend, runs_dir=runs_dir
     )
@@ -512,7 +529,7 @@ def test_the_dry_run_scores_sampled_completions(prompts, model, runs_dir: Path):
 
 def test_the_dry_run_says_what_is_missing(mapped, prompts, model, tmp_path: Path, runs_dir: Path):
     backend = ScriptedBackend(["same"])
-    rl = default_values()[train.N_SETTINGS :]
+    rl = default_values()[train.N_SETTINGS : train.N_SETTINGS + train.N_REINFORCE]
     out = train.dry_run(prompts, model, "", [], *rl, backend=backend, runs_dir=runs_dir)
     assert out[:3] == (SKIP,) * 3 and "Add a reward first" in out[3]
     out = train.dry_run(mapped, model, "", TWO_REWARDS, *rl, backend=backend, runs_dir=runs_dir)

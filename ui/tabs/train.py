@@ -30,7 +30,7 @@ import gradio as gr
 import dragonfarm_core as dragon
 from dragonfarm_core import ResolvedModel
 from dragonfarm_core.codegen import dry_run_code, spec_code
-from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs, ReinforceArgs
+from dragonfarm_core.method_args import DpoArgs, GrpoArgs, PreferenceArgs, ReinforceArgs
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.profiles import Profile, get_profile
 from dragonfarm_core.rewards import Reward, reward_names
@@ -54,6 +54,8 @@ KIND_NAMES = {
 MAPPING_LABELS = {kind: label for label, kind in KINDS}
 SETTINGS = (Lora, TrainArgs, Hardware)
 N_SETTINGS = sum(len(shown_fields(cls)) for cls in SETTINGS)
+N_REINFORCE = len(shown_fields(ReinforceArgs))
+DPO_OWN = ("loss_type", "label_smoothing")  # DpoArgs' fields besides PreferenceArgs' beta
 NO_PARENT = "(none: start from the model chosen in the Model tab)"
 CODE_HINT = "# Map a dataset in the Mapping tab; the Python that trains on it appears here."
 NO_REWARDS_HINT = "# Add a reward in the rewards builder; the Python that starts GRPO appears here."
@@ -73,17 +75,19 @@ def read_settings(values: Sequence[Any]) -> tuple[Lora, TrainArgs, Hardware]:
 def method_settings(
     method: str, beta: float | None, rewards: Sequence[Reward], values: Sequence[Any]
 ) -> PreferenceArgs | GrpoArgs | None:
-    """The method's own settings group, from its widgets (GRPO's from `values`)."""
+    """The method's own settings group, from its widgets: `values` holds GRPO's ReinforceArgs,
+    then DPO's own (DPO_OWN)."""
     group = METHODS[method].settings
-    if group is PreferenceArgs:
+    if group is PreferenceArgs or group is DpoArgs:
         if beta is None:
             raise SettingsError(f"Beta is empty; enter a value ({PreferenceArgs().beta} is a "
                                 "sensible start).")  # fmt: skip
-        return read_group(PreferenceArgs, [beta])
+        return read_group(group, [beta, *(values[N_REINFORCE:] if group is DpoArgs else [])])
     if group is GrpoArgs:
         if not rewards:
             raise ValueError("GRPO needs at least one reward: add one in the rewards builder.")
-        return GrpoArgs(rewards=list(rewards), **read_group(ReinforceArgs, values).to_dict())
+        reinforce = read_group(ReinforceArgs, values[:N_REINFORCE])
+        return GrpoArgs(rewards=list(rewards), **reinforce.to_dict())
     return None
 
 
@@ -320,6 +324,8 @@ def build(ctx: AppContext) -> None:
     recommended = gr.HTML(train_defaults.note_html(fits, "sft"), elem_id="train-recommended")
     with gr.Group(visible=False) as prefer_box:
         (beta,) = settings_widgets(PreferenceArgs)
+        with gr.Group(visible=False) as dpo_box:
+            dpo_widgets = settings_widgets(DpoArgs, only=DPO_OWN)
     with gr.Group(visible=False) as grpo_box:
         rl_widgets = settings_widgets(ReinforceArgs)
         builder = build_rewards(ctx.profile)
@@ -352,8 +358,8 @@ def build(ctx: AppContext) -> None:
     previewed = gr.State(None)  # the code the last preview showed
     following = gr.State((train_defaults.target(ctx.model.value, None, ctx.runs_dir), "sft"))
 
-    # The order `read_spec` reads them in: Lora, TrainArgs, Hardware, then GRPO's ReinforceArgs.
-    values = [*lora_widgets, *args_widgets, *hardware_widgets, *rl_widgets]
+    # The order `read_spec` reads them in: Lora, TrainArgs, Hardware, GRPO's ReinforceArgs, DPO's.
+    values = [*lora_widgets, *args_widgets, *hardware_widgets, *rl_widgets, *dpo_widgets]
     inputs = [ctx.mapped, ctx.model, method, parent, name, beta, builder.rewards, *values]
     go.click(
         partial(start, runs_dir=ctx.runs_dir, profile=ctx.profile),
@@ -380,7 +386,7 @@ def build(ctx: AppContext) -> None:
         trigger_mode="always_last",
         show_progress="hidden",
     )
-    method.change(train_defaults.method_boxes, method, [prefer_box, grpo_box])
+    method.change(train_defaults.method_boxes, method, [prefer_box, dpo_box, grpo_box])
     followed = [*lora_widgets, *args_widgets]  # train_defaults.FOLLOWED's order
     gr.on(
         [method.change, ctx.model.change, parent.change],
