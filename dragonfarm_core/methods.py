@@ -58,6 +58,7 @@ def _preference(name: str, label: str, settings: type[PreferenceArgs]) -> Method
     return Method(
         name, label, "prefer", ("pairs",), PAIRS_HINT, "pairs", f"dragonfarm_core.trainers.{name}",
         PREFERENCE_ARGS, settings, PREFERENCE_CURVES, PREFERENCE_METRICS, True,
+        several_devices=True,
     )  # fmt: skip
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from dragonfarm_core.method_args import GrpoArgs
+from dragonfarm_core.rewards import reward
 from dragonfarm_core.settings import Hardware, SettingsError, from_dict, to_dict
 from dragonfarm_core.spec import RunSpec
 
@@ -47,12 +49,13 @@ def test_an_accelerate_config_is_resolved_and_must_exist(tmp_path, monkeypatch):
         Hardware(accelerate_config=str(config))
 
 
-@pytest.mark.parametrize("method", ["dpo", "orpo", "grpo"])
-def test_methods_on_one_device_refuse_several(method):
-    with pytest.raises(SettingsError, match=f"{method} trains on one device for now"):
-        RunSpec(method, {}, "some/model", hardware=Hardware(device="cpu", devices=2))
+def test_grpo_on_one_device_refuses_several():
+    with pytest.raises(SettingsError, match="grpo trains on one device for now"):
+        RunSpec("grpo", {}, "some/model", hardware=Hardware(device="cpu", devices=2),
+                method_args=GrpoArgs(rewards=[reward("numeric")]))  # fmt: skip
 
 
-def test_sft_takes_several_devices():
-    spec = RunSpec("sft", {}, "some/model", hardware=Hardware(device="cpu", devices=2))
+@pytest.mark.parametrize("method", ["sft", "dpo", "orpo"])
+def test_sft_dpo_and_orpo_take_several_devices(method):
+    spec = RunSpec(method, {}, "some/model", hardware=Hardware(device="cpu", devices=2))
     assert spec.to_dict()["hardware"]["devices"] == 2

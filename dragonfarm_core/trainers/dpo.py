@@ -145,14 +145,13 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         # itself (no second adapter in the forward pass, the checkpoints or the saved run).
         model.delete_adapter("ref")
         trainer.remove_callback(PrinterCallback)  # progress.jsonl has the rows
-        print(
-            f"DPO ({settings.loss_type} loss, beta {beta:g}) on {config.model.name}, {placement.device} "
-            f"({placement.dtype_name}): {len(train)} pairs, {plan.total_steps} steps, "
-            f"{trainable:,} of {total:,} parameters trainable.",
-            flush=True,
-        )
+        what = f"DPO ({settings.loss_type} loss, beta {beta:g})"
+        pref_data.announce(report, what, config, placement, len(train), plan.total_steps,
+                           trainable, total)  # fmt: skip
 
         cancelled = trl_run.train(trainer, run_dir, callback)
+        if not report.writes:  # one of several processes: rank 0 writes the results
+            return "cancelled" if cancelled else "succeeded"
         state = callback.state
         metrics = lifecycle.stop(run_dir, report, model, state, cancelled)
         if metrics is None:

@@ -157,14 +157,17 @@ def labelled_logits(
 
     Runs the decoder body, gathers the hidden states that predict a learned token, and applies
     the LM head only there: on a small model with a large vocabulary the head is most of the
-    compute, and prompt and padding positions need none of it.
+    compute, and prompt and padding positions need none of it. A model that several processes
+    train (DistributedDataParallel) runs whole, through its own forward, which is what averages
+    the gradients across them: there the head projects every position.
     """
-    causal = model.get_base_model()
-    hidden = causal.get_decoder()(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
-    ).last_hidden_state
     targets = batch["labels"][:, 1:]
     keep = targets != IGNORE
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return model(**inputs, use_cache=False).logits[:, :-1][keep], targets[keep], keep
+    causal = model.get_base_model()
+    hidden = causal.get_decoder()(**inputs, use_cache=False).last_hidden_state
     return lm_head_logits(causal, hidden[:, :-1][keep]), targets[keep], keep
 
 

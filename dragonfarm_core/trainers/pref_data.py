@@ -28,7 +28,13 @@ from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers import sft_data
 from dragonfarm_core.trainers.batching import collate, sorted_batches
-from dragonfarm_core.trainers.common import DataError, RunReporter, TrainState
+from dragonfarm_core.trainers.common import (
+    DataError,
+    Placement,
+    RunReporter,
+    TrainState,
+    process_count,
+)
 from dragonfarm_core.trainers.config import TrainConfig
 from dragonfarm_core.trainers.evaluation import add_before, generate_samples
 from dragonfarm_core.trainers.modeling import labelled_logits
@@ -227,6 +233,16 @@ def finish(
     report.finish("succeeded", metrics=metrics)
     print(f"Done: train loss {metrics['train_loss']:.4f}, held-out preference accuracy "
           f"{results['pref_accuracy']}.", flush=True)  # fmt: skip
+
+
+def announce(report: RunReporter, what: str, config: TrainConfig, placement: Placement,
+             n_pairs: int, steps: int, trainable: int, total: int) -> None:  # fmt: skip
+    """The run's first line in train.log (rank 0's alone, in a run of several processes)."""
+    if report.writes:
+        processes = f", {process_count()} processes" if process_count() > 1 else ""
+        print(f"{what} on {config.model.name}, {placement.device} ({placement.dtype_name}"
+              f"{processes}): {n_pairs} pairs, {steps} steps, {trainable:,} of {total:,} "
+              "parameters trainable.", flush=True)  # fmt: skip
 
 
 def log_progress(report: RunReporter, **values: Any) -> None:

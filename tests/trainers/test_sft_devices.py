@@ -8,46 +8,15 @@ two cores.
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 import psutil
 import pytest
+from trainer_fixtures import curves, on_devices, wait_for
 
 from dragonfarm_core import training
 from dragonfarm_core.rundir import files, launch
 
 SAME_RUN = {"batch_size": 2, "max_seq_len": 128, "max_steps": 8, "learning_rate": 2e-3,
             "logging_steps": 1, "save_steps": 100}  # fmt: skip
-
-
-def _on(run_dir: Path, devices: int | None) -> Path:
-    config = files.read_config(run_dir)
-    config["hardware"]["devices"] = devices
-    files.write_config(run_dir, config)
-    return run_dir
-
-
-def _wait(run_dir: Path, until: str = "terminal", timeout: float = 600) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = launch.live_status(run_dir)
-        if status.get("state") in files.TERMINAL_STATES:
-            return status
-        if until == "step 3" and (status.get("step") or 0) >= 3:
-            return status
-        time.sleep(0.5)
-    raise AssertionError(f"{run_dir.name} did not finish: {files.read_log_tail(run_dir, 30)}")
-
-
-def _curves(run_dir: Path) -> tuple[dict[int, float], dict[int, float]]:
-    """(train loss per step, held-out loss per step); a step logged twice fails."""
-    train, held_out = {}, {}
-    for row in files.read_progress(run_dir):
-        column, into = ("loss", train) if row["loss"] is not None else ("eval_loss", held_out)
-        assert row["step"] not in into, f"step {row['step']} logged twice in {run_dir.name}"
-        into[row["step"]] = row[column]
-    return train, held_out
 
 
 CANARY = "canary-secret-4e1f"
@@ -69,12 +38,12 @@ def test_two_cpu_processes_train_like_one_with_the_same_effective_batch(
     make_run, model_dir, one_thread_each
 ):
     # Effective batch 8 rows a step in both: 2 rows x 4 passes, or 2 rows x 2 passes x 2.
-    one = _on(make_run(model_dir, name="one", grad_accum=4, **SAME_RUN), None)
-    two = _on(make_run(model_dir, name="two", grad_accum=2, **SAME_RUN), 2)
+    one = on_devices(make_run(model_dir, name="one", grad_accum=4, **SAME_RUN), None)
+    two = on_devices(make_run(model_dir, name="two", grad_accum=2, **SAME_RUN), 2)
     launch.start_run(one)
-    assert _wait(one)["state"] == "succeeded", files.read_log_tail(one, 40)
+    assert wait_for(one)["state"] == "succeeded", files.read_log_tail(one, 40)
     pid = launch.start_run(two)
-    status = _wait(two)
+    status = wait_for(two)
     assert status["state"] == "succeeded", files.read_log_tail(two, 40)
 
     # The run's pid is the launcher's (it holds the queue ticket); the ranks are its children.
@@ -85,8 +54,8 @@ def test_two_cpu_processes_train_like_one_with_the_same_effective_batch(
     assert log.count("Training done;") == 1 and log.count("Done: train loss") == 1
     # One progress.jsonl, one row per logged step (rank 1 writes none), the adapter and the
     # results once.
-    train_one, held_one = _curves(one)
-    train_two, held_two = _curves(two)
+    train_one, held_one = curves(one)
+    train_two, held_two = curves(two)
     assert sorted(train_two) == sorted(train_one) == list(range(1, 9))
     assert sorted(held_two) == sorted(held_one) == [0, 2, 4, 6, 8]
     assert len(files.read_progress(two)) == len(files.read_progress(one)) == 13
@@ -120,11 +89,11 @@ def test_two_cpu_processes_train_like_one_with_the_same_effective_batch(
 def test_a_cancel_stops_both_processes_and_the_run_resumes_on_both(
     make_run, model_dir, one_thread_each, monkeypatch
 ):
-    run = _on(make_run(model_dir, name="cancel", grad_accum=2, **{**SAME_RUN, "max_steps": 12}), 2)
+    run = on_devices(make_run(model_dir, name="cancel", grad_accum=2, **{**SAME_RUN, "max_steps": 12}), 2)
     for name in ("HF_TOKEN", "OPENAI_API_KEY", "MY_SERVICE_PAT"):  # the caller's secrets
         monkeypatch.setenv(name, CANARY)
     pid = launch.start_run(run)
-    _wait(run, until="step 3")
+    wait_for(run, until="step 3")
     # The launcher, accelerate and both ranks run on the allow-listed environment.
     ranks = _environments(pid)
     assert sorted(env.get("RANK") for env in ranks if "RANK" in env) == ["0", "1"]
@@ -137,8 +106,8 @@ def test_a_cancel_stops_both_processes_and_the_run_resumes_on_both(
     stopped = int(saved.name.removeprefix(files.CHECKPOINT_PREFIX))
 
     training.resume(run)
-    status = _wait(run)
+    status = wait_for(run)
     assert status["state"] == "succeeded", files.read_log_tail(run, 40)
-    train, _ = _curves(run)  # no step twice, none missing across the resume
+    train, _ = curves(run)  # no step twice, none missing across the resume
     assert sorted(train) == list(range(1, 13)) and status["step"] == 12
     assert f"Resuming from {saved.name} (step {stopped})." in files.log_path(run).read_text()

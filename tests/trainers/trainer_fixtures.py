@@ -8,8 +8,11 @@ build, no network). Unit tests use that model; slow tests use the bundled model 
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import Any
+
+from dragonfarm_core.rundir import files, launch
 
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
@@ -98,3 +101,35 @@ def build_tiny_model(out: Path) -> Path:
     )
     LlamaForCausalLM(config).save_pretrained(out)
     return out
+
+
+# --- runs on several processes (test_sft_devices, test_pref_devices) ----------------------
+
+
+def on_devices(run_dir: Path, devices: int | None) -> Path:
+    config = files.read_config(run_dir)
+    config["hardware"]["devices"] = devices
+    files.write_config(run_dir, config)
+    return run_dir
+
+
+def wait_for(run_dir: Path, until: str = "terminal", timeout: float = 600) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = launch.live_status(run_dir)
+        if status.get("state") in files.TERMINAL_STATES:
+            return status
+        if until == "step 3" and (status.get("step") or 0) >= 3:
+            return status
+        time.sleep(0.5)
+    raise AssertionError(f"{run_dir.name} did not finish: {files.read_log_tail(run_dir, 30)}")
+
+
+def curves(run_dir: Path) -> tuple[dict[int, float], dict[int, float]]:
+    """(train loss per step, held-out loss per step); a step logged twice fails."""
+    train, held_out = {}, {}
+    for row in files.read_progress(run_dir):
+        column, into = ("loss", train) if row["loss"] is not None else ("eval_loss", held_out)
+        assert row["step"] not in into, f"step {row['step']} logged twice in {run_dir.name}"
+        into[row["step"]] = row[column]
+    return train, held_out
