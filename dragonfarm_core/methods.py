@@ -39,8 +39,6 @@ class Method:
     curves: tuple[tuple[str, ...], ...]  # progress.jsonl columns it draws, one tuple per panel
     metrics: tuple[str, ...]  # the eval.json results its trainer writes
     recomputable: bool  # whether dragon.evaluate(run, recompute=True) can score it again
-    # whether its trainer runs as several processes (Hardware(devices=...), accelerate launch)
-    several_devices: bool = False
 
 
 PAIRS_HINT = ".map_pairs(prompt=..., chosen=..., rejected=...)"
@@ -58,7 +56,6 @@ def _preference(name: str, label: str, settings: type[PreferenceArgs]) -> Method
     return Method(
         name, label, "prefer", ("pairs",), PAIRS_HINT, "pairs", f"dragonfarm_core.trainers.{name}",
         PREFERENCE_ARGS, settings, PREFERENCE_CURVES, PREFERENCE_METRICS, True,
-        several_devices=True,
     )  # fmt: skip
 
 
@@ -76,7 +73,6 @@ METHODS: dict[str, Method] = {
         curves=(("loss", "eval_loss"), ("lr",)),
         metrics=("eval_loss", "perplexity", "eval_tokens"),
         recomputable=True,
-        several_devices=True,
     ),
     "dpo": _preference("dpo", "DPO: prefer the chosen reply to the rejected one", DpoArgs),
     "orpo": _preference(

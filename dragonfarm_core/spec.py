@@ -110,14 +110,6 @@ class RunSpec:
                     f"RunSpec.{key} must be dragon.{cls.__name__}(...), got "
                     f"{type(value).__name__}: {value!r:.80}."
                 )
-        hardware = self.hardware
-        if (hardware.processes > 1 or hardware.accelerate_config) and not row.several_devices:
-            several = [m.name for m in methods.METHODS.values() if m.several_devices]
-            raise SettingsError(
-                f"Hardware.devices: {self.method} trains on one device for now (only "
-                f"{', '.join(several)} runs on several); leave devices and accelerate_config "
-                "empty."
-            )
         self._set("method_args", _method_args(row, self.method_args))
         self._check_scalars()
         args: TrainArgs = self.args  # type: ignore[assignment]  # set above, checked a TrainArgs

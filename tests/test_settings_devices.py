@@ -49,13 +49,9 @@ def test_an_accelerate_config_is_resolved_and_must_exist(tmp_path, monkeypatch):
         Hardware(accelerate_config=str(config))
 
 
-def test_grpo_on_one_device_refuses_several():
-    with pytest.raises(SettingsError, match="grpo trains on one device for now"):
-        RunSpec("grpo", {}, "some/model", hardware=Hardware(device="cpu", devices=2),
-                method_args=GrpoArgs(rewards=[reward("numeric")]))  # fmt: skip
-
-
-@pytest.mark.parametrize("method", ["sft", "dpo", "orpo"])
-def test_sft_dpo_and_orpo_take_several_devices(method):
-    spec = RunSpec(method, {}, "some/model", hardware=Hardware(device="cpu", devices=2))
+@pytest.mark.parametrize("method", ["sft", "dpo", "orpo", "grpo"])
+def test_every_method_takes_several_devices(method):
+    group = GrpoArgs(rewards=[reward("numeric")]) if method == "grpo" else None
+    spec = RunSpec(method, {}, "some/model", hardware=Hardware(device="cpu", devices=2),
+                   method_args=group)  # fmt: skip
     assert spec.to_dict()["hardware"]["devices"] == 2

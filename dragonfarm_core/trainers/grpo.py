@@ -34,7 +34,7 @@ from dragonfarm_core.rewards import Reward, RewardErrors, reward_names
 from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers import grpo_rollout as rl
 from dragonfarm_core.trainers import lifecycle, modeling, trl_run
-from dragonfarm_core.trainers.common import reported_run, resolve_placement
+from dragonfarm_core.trainers.common import process_count, reported_run, resolve_placement
 from dragonfarm_core.trainers.config import load_config
 
 
@@ -248,15 +248,16 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         # is new); without it the reference is the adapter switched off.
         model.delete_adapter("ref")
         trainer.remove_callback(PrinterCallback)  # progress.jsonl has the rows
-        print(
-            f"GRPO on {config.model.name} ({placement.device}, {placement.dtype_name}): "
-            f"{len(train_rows)} prompts x {settings.group_size} completions, {plan.total_steps} "
-            f"steps, rewards {', '.join(names)}; {trainable:,} of {total:,} parameters "
-            "trainable.",
-            flush=True,
-        )
+        if report.writes:
+            processes = f", {process_count()} processes" if process_count() > 1 else ""
+            print(f"GRPO on {config.model.name} ({placement.device}, {placement.dtype_name}"
+                  f"{processes}): {len(train_rows)} prompts x {settings.group_size} completions, "
+                  f"{plan.total_steps} steps, rewards {', '.join(names)}; {trainable:,} of "
+                  f"{total:,} parameters trainable.", flush=True)  # fmt: skip
 
         cancelled = trl_run.train(trainer, run_dir, callback)
+        if not report.writes:  # one of several processes: rank 0 writes the results
+            return "cancelled" if cancelled else "succeeded"
         state = callback.state
         metrics = lifecycle.stop(run_dir, report, model, state, cancelled)
         if metrics is None:

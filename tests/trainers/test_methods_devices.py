@@ -1,7 +1,7 @@
-"""DPO and ORPO on two CPU processes (Hardware(device="cpu", devices=2): DDP over gloo under
-`accelerate launch`), started by the normal launcher on the bundled model: one set of run
-files written by rank 0, and the same held-out curve as one process with the same effective
-batch.
+"""DPO, ORPO and GRPO on two CPU processes (Hardware(device="cpu", devices=2): DDP over gloo
+under `accelerate launch`), started by the normal launcher on the bundled model: one set of run
+files written by rank 0; for DPO and ORPO the same held-out curve as one process with the same
+effective batch (GRPO samples, so its curve is not one process's; it learns, and writes once).
 
 Each process trains on one thread (OMP_NUM_THREADS=1): the two processes share this machine's
 two cores.
@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 from test_dpo import pairs_dataset, write_run
+from test_grpo import _create
 from trainer_fixtures import curves, on_devices, wait_for
 
+from dragonfarm_core.rewards import reward
 from dragonfarm_core.rundir import files, launch
 
 SAME_RUN = {"batch_size": 2, "max_steps": 6, "learning_rate": 3e-4, "save_steps": 100}
@@ -87,3 +89,24 @@ def test_two_processes_follow_one_process_with_the_same_effective_batch(
     assert status["metrics"]["train_loss"] == pytest.approx(
         files.read_status(one)["metrics"]["train_loss"], rel=0.05
     )
+
+
+@pytest.mark.slow
+def test_grpo_on_two_processes_samples_scores_and_learns_as_one_run(
+    tmp_path, model_dir, one_thread_each
+):
+    # A length reward with spread from the start (short completions win), so every step has
+    # an advantage to learn from: 2 prompts x 4 completions on each process.
+    run = on_devices(_create(tmp_path, model_dir, [reward("length", max_chars=40)],
+                             learning_rate=1e-3, max_steps=4, save_steps=100), 2)  # fmt: skip
+    status = _succeeds(run)
+    assert status["step"] == status["total_steps"] == 4
+    log = files.log_path(run).read_text()
+    first = [line for line in log.splitlines() if line.startswith("GRPO on ")]
+    assert len(first) == 1 and "(cpu, float32, 2 processes): 23 prompts x 4 completions" in first[0]
+    assert log.count("Done: held-out reward") == 1
+    rows = files.read_progress(run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]  # rank 1 writes none
+    assert all(0 <= r["reward"] <= 1 and r["reward"] == r["reward_length"] for r in rows)
+    assert rows[0]["kl"] == pytest.approx(0, abs=1e-6) and rows[-1]["kl"] > 1e-4  # it moved
+    assert files.read_eval(run)["eval_prompts"] == 1 and len(files.read_samples(run)) == 1
