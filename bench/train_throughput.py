@@ -1,4 +1,4 @@
-"""python bench/train_throughput.py [--steps 36] [--model PATH]
+"""python bench/train_throughput.py [--steps 36] [--model PATH | --shape smollm2-135m]
 
 LoRA SFT speed and memory: dragonfarm's trainer against a plain TRL `SFTTrainer` script with
 its defaults, on the bundled model and the example tickets (prompt "{subject}\\n\\n{body}",
@@ -11,6 +11,11 @@ its own. Real tokens/s counts non-padding tokens over the training loop (model l
 tokenization excluded on both sides). Held-out loss is measured on both final adapters by one
 evaluator (float32 base weights, the loss on reply tokens), so precision differences in each
 trainer's own evaluation do not count. The last line holds the ratios, ours over TRL.
+
+`--shape smollm2-135m` trains a model built here with SmolLM2-135M's configuration (30 layers,
+hidden 576, 9 heads, 3 key-value heads, a 49,152-token vocabulary) and random weights, with the
+bundled model's tokenizer: speed and memory do not depend on the weights, and the Hub is not
+needed. Its held-out loss compares the two trainers on the same start, nothing more.
 """
 
 from __future__ import annotations
@@ -224,7 +229,9 @@ def matmul_peaks() -> str:
 def child(opts: argparse.Namespace, arm: str, work: Path) -> dict[str, Any]:
     """Run one arm in a fresh interpreter; it writes <arm>.json in `work`."""
     argv = [sys.executable, __file__, "--arm", arm, "--work", str(work)] + [
-        f"--{k.replace('_', '-')}={v}" for k, v in vars(opts).items() if k not in ("arm", "work")
+        f"--{k.replace('_', '-')}={v}"
+        for k, v in vars(opts).items()
+        if k not in ("arm", "work") and v is not None
     ]
     started = time.perf_counter()
     with open(work / f"{arm}.log", "w") as log:
@@ -277,9 +284,15 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--model", type=Path, default=BUNDLED)
+    parser.add_argument("--shape", choices=("smollm2-135m",), default=None,
+                        help="train a locally built model of this shape instead of --model")
     parser.add_argument("--arm", choices=(*ARMS, "eval"), help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, default=OUT, help=argparse.SUPPRESS)
     opts = parser.parse_args()
+    if opts.shape and not opts.arm:
+        from decode import smol_model  # the 135M shape, built once under bench/out/
+
+        opts.model = smol_model()
     if not (opts.model / "config.json").is_file():
         sys.exit(
             f"{opts.model} has no model; build it with scripts/build_bundled_model.py "
