@@ -197,9 +197,7 @@ def add_flags(
         kind = _argument(hint, field.metadata)
         if "choices" in kind:  # a flag two groups share takes the choices of both (--loss-type)
             kind["choices"] = list(dict.fromkeys(c for _, f in uses for c in f.metadata["choices"]))
-        section.add_argument(
-            flag, dest=_dest(flag), default=argparse.SUPPRESS, help=text, **kind
-        )
+        section.add_argument(flag, dest=_dest(flag), default=argparse.SUPPRESS, help=text, **kind)
 
 
 def given_flags(args: argparse.Namespace, groups: Sequence[Group]) -> list[str]:

@@ -23,7 +23,7 @@ SCHEDULERS = ("linear", "cosine", "constant")
 TRACKERS = {"tensorboard": ("tensorboard", "tensorboardX"), "trackio": ("trackio",),
             "wandb": ("wandb",), "mlflow": ("mlflow",)}  # fmt: skip
 # Keys passed to TRL by the methods listed only; the others refuse them (not yet wired there).
-TRL_ONLY = {"report_to": ("sft",), "neftune_noise_alpha": ("sft",)}
+TRL_ONLY = {"report_to": ("sft",), "neftune_noise_alpha": ("sft",), "packing": ("sft",)}
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,19 @@ class ExtraArgs:
             "help": "NEFTune: noise on the input embeddings while training (e.g. 5). SFT only."
         },
     )
+    packing: bool = field(
+        default=False,
+        metadata={
+            "help": "Pack several rows into each max_seq_len sequence (TRL's best-fit packing, "
+            "padding-free; each row still attends to itself only): fewer, fuller steps. SFT only."
+        },
+    )
 
     def __post_init__(self) -> None:
+        if not isinstance(self.packing, bool):
+            raise SettingsError(
+                f"TrainArgs.extra['packing'] must be true or false, got {self.packing!r}."
+            )
         if self.lr_scheduler_type not in SCHEDULERS:
             raise SettingsError(
                 f"TrainArgs.extra['lr_scheduler_type'] = {self.lr_scheduler_type!r}"
@@ -144,10 +155,10 @@ def extra_args(extra: dict[str, Any], method: str = "sft") -> ExtraArgs:
             f"and TrainArgs itself takes {', '.join(own)}."
         )
     for key, methods in TRL_ONLY.items():
-        if extra.get(key) is not None and method not in methods:
+        if extra.get(key) not in (None, False) and method not in methods:
             raise SettingsError(
                 f"TrainArgs.extra['{key}'] works for {', '.join(methods)} runs for now: "
-                f"{method} still runs dragonfarm's own training loop, which does not read it."
+                f"{method}'s trainer does not pass it to TRL yet."
             )
     return ExtraArgs(**extra)
 

@@ -31,8 +31,9 @@ import torch.nn.functional as F
 
 from dragonfarm_core.method_args import DPO_LOSSES
 from dragonfarm_core.trainers import lifecycle, modeling, pref_data, trl_run
-from dragonfarm_core.trainers.common import reported_run, resolve_placement
+from dragonfarm_core.trainers.common import reported_run
 from dragonfarm_core.trainers.config import load_config
+from dragonfarm_core.trainers.placement import resolve_placement
 from dragonfarm_core.trainers.pref_data import EncodedPairs, PairScores
 from dragonfarm_core.trainers.sft_data import IGNORE
 

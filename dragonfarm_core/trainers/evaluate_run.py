@@ -37,7 +37,7 @@ def load_trained(run_dir: Path, config: TrainConfig) -> tuple[Any, Any]:
     from peft import PeftModel
 
     from dragonfarm_core.trainers import modeling
-    from dragonfarm_core.trainers.common import resolve_placement
+    from dragonfarm_core.trainers.placement import resolve_placement
 
     adapter = files.adapter_dir(run_dir)
     placement = resolve_placement(config.hardware)

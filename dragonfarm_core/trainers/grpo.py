@@ -34,8 +34,9 @@ from dragonfarm_core.rewards import Reward, RewardErrors, reward_names
 from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers import grpo_rollout as rl
 from dragonfarm_core.trainers import lifecycle, modeling, trl_run
-from dragonfarm_core.trainers.common import process_count, reported_run, resolve_placement
+from dragonfarm_core.trainers.common import reported_run
 from dragonfarm_core.trainers.config import load_config
+from dragonfarm_core.trainers.placement import process_count, resolve_placement
 
 
 @dataclass

@@ -20,8 +20,9 @@ from typing import Any
 from dragonfarm_core.rundir.status_schema import FINISHING
 from dragonfarm_core.trainers import checkpoint, modeling
 from dragonfarm_core.trainers.batching import StepPlan, plan_steps
-from dragonfarm_core.trainers.common import Placement, RunReporter, TrainState, process_count
+from dragonfarm_core.trainers.common import RunReporter, TrainState
 from dragonfarm_core.trainers.config import TrainConfig
+from dragonfarm_core.trainers.placement import Placement, process_count
 
 
 def model_and_plan(

@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from dragonfarm_core.settings import Lora, SettingsError
-from dragonfarm_core.trainers.common import ModelLoadError, Placement
+from dragonfarm_core.trainers.common import ModelLoadError
 from dragonfarm_core.trainers.config import ModelSpec
+from dragonfarm_core.trainers.placement import Placement
 from dragonfarm_core.trainers.sft_data import IGNORE
 
 LOAD_ERRORS = (OSError, ValueError, KeyError, ImportError)
@@ -163,7 +164,9 @@ def labelled_logits(
     """
     targets = batch["labels"][:, 1:]
     keep = targets != IGNORE
-    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    # A padding-free batch (packed rows) has position_ids instead of an attention mask: from
+    # them transformers masks each row to attend to itself only.
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return model(**inputs, use_cache=False).logits[:, :-1][keep], targets[keep], keep
     causal = model.get_base_model()

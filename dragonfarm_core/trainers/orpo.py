@@ -32,8 +32,9 @@ import torch
 import torch.nn.functional as F
 
 from dragonfarm_core.trainers import lifecycle, modeling, pref_data, trl_run
-from dragonfarm_core.trainers.common import reported_run, resolve_placement
+from dragonfarm_core.trainers.common import reported_run
 from dragonfarm_core.trainers.config import load_config
+from dragonfarm_core.trainers.placement import resolve_placement
 from dragonfarm_core.trainers.pref_data import EncodedPairs, PairScores, reply_logps
 
 # p(y) = 1 would make log(1 - p) infinite; a reply's mean log-probability never reaches 0 in

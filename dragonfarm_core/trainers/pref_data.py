@@ -28,16 +28,11 @@ from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers import sft_data
 from dragonfarm_core.trainers.batching import collate, sorted_batches
-from dragonfarm_core.trainers.common import (
-    DataError,
-    Placement,
-    RunReporter,
-    TrainState,
-    process_count,
-)
+from dragonfarm_core.trainers.common import DataError, RunReporter, TrainState
 from dragonfarm_core.trainers.config import TrainConfig
 from dragonfarm_core.trainers.evaluation import add_before, generate_samples
 from dragonfarm_core.trainers.modeling import labelled_logits
+from dragonfarm_core.trainers.placement import Placement, process_count
 from dragonfarm_core.trainers.sft_data import Encoded, read_rows
 
 Pair = dict[str, list[dict[str, str]]]

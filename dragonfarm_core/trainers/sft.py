@@ -12,7 +12,11 @@ inside TRL's loop.
 The rows are tokenized here (sft_data: the chat template, the loss on the last assistant turn
 only, truncation counted) and given to SFTTrainer as `input_ids` and `labels`, so it skips its
 own preparation. SFTTrainer applies the LM head only where a label is learned (its fused head),
-and batches rows of similar length (train_sampling_strategy="group_by_length").
+and batches rows of similar length (train_sampling_strategy="group_by_length"). With
+`TrainArgs.extra["packing"]` TRL's `pack_dataset` puts several whole rows into each
+max_seq_len sequence and its collator flattens a batch into one padding-free row, whose
+position_ids restart at each row, so a row attends to itself only; `batch_size` then counts
+packed sequences.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.trainers import evaluation, lifecycle, modeling, sft_data, trl_run
-from dragonfarm_core.trainers.common import process_count, reported_run, resolve_placement
+from dragonfarm_core.trainers.common import reported_run
 from dragonfarm_core.trainers.config import load_config
+from dragonfarm_core.trainers.placement import process_count, resolve_placement
 from dragonfarm_core.trainers.sft_data import Encoded
 
 
@@ -73,11 +78,14 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         data = sft_data.load(run_dir, tokenizer, args.max_seq_len)
 
         from transformers import PrinterCallback
-        from trl import SFTConfig, SFTTrainer
+        from trl import SFTConfig, SFTTrainer, pack_dataset
 
+        rows, packing = as_dataset(data.train), config.extra.packing
+        if packing:  # best-fit decreasing: rows whole, several to a max_seq_len sequence
+            rows = pack_dataset(rows, args.max_seq_len, "bfd")
         truncated = data.train.truncated_rows + data.held_out.truncated_rows
         model, plan, trainable, total = lifecycle.model_and_plan(
-            report, config, placement, len(data.train), truncated
+            report, config, placement, len(rows), truncated
         )
 
         def held_out_loss(model: Any) -> dict[str, Any]:
@@ -91,11 +99,12 @@ def main(run_dir: str | os.PathLike[str]) -> str:
             SFTConfig, config, placement, run_dir,
             max_length=args.max_seq_len,
             dataset_kwargs={"skip_prepare_dataset": True},  # sft_data tokenized and truncated
+            packing=packing,  # TRL's collator then flattens each batch (padding-free)
         )  # fmt: skip
         trainer = trl_run.counted(learned_positions_loss(SFTTrainer))(
             model=model,
             args=sft_args,
-            train_dataset=as_dataset(data.train),
+            train_dataset=rows,
             processing_class=tokenizer,
             callbacks=[callback],
         )
@@ -106,7 +115,8 @@ def main(run_dir: str | os.PathLike[str]) -> str:
             print(
                 f"Training {config.model.name} on {placement.device} ({placement.dtype_name}"
                 f"{processes}): "
-                f"{len(data.train)} rows, {plan.total_steps} steps, "
+                f"{len(data.train)} rows{f' packed into {len(rows)}' if packing else ''}, "
+                f"{plan.total_steps} steps, "
                 f"{trainable:,} of {total:,} parameters trainable.",
                 flush=True,
             )

@@ -36,14 +36,9 @@ from transformers import TrainerCallback
 from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers import checkpoint
 from dragonfarm_core.trainers.batching import PAD_MULTIPLE
-from dragonfarm_core.trainers.common import (
-    Placement,
-    RunReporter,
-    Stopwatch,
-    TrainState,
-    process_count,
-)
+from dragonfarm_core.trainers.common import RunReporter, Stopwatch, TrainState
 from dragonfarm_core.trainers.config import TrainConfig
+from dragonfarm_core.trainers.placement import Placement, process_count
 
 RUN_STATE = "dragonfarm_state.json"  # in each checkpoint: TrainState and the run's settings
 
@@ -247,14 +242,27 @@ def _summed(args: Any, *values: float) -> list[float]:
     return summed.tolist()
 
 
+def _tokens(inputs: Any) -> tuple[int, int]:
+    """(real tokens, slots) of a training batch. A padding-free batch (packed rows) is one row
+    with its padding at the end, where the positions are 0 (a row of SFT data has at least two
+    tokens, so the last real one has a position above 0). GRPO's inputs are prompt rows until it
+    samples: its rollouts count their tokens."""
+    if not isinstance(inputs, dict):
+        return 0, 0
+    if inputs.get("attention_mask") is not None:
+        return int(inputs["attention_mask"].sum()), inputs["attention_mask"].numel()
+    if inputs.get("position_ids") is not None:
+        positions = inputs["position_ids"][0]
+        return int(positions.nonzero().max()) + 1, positions.numel()
+    return 0, 0
+
+
 def counted(trainer_class: type) -> type:
     """`trainer_class` whose every micro-batch tells the RunCallback its loss and tokens."""
 
     class Counted(trainer_class):
         def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None):
-            # GRPO's inputs are prompt rows until it samples: its rollouts count their tokens
-            mask = inputs.get("attention_mask") if isinstance(inputs, dict) else None
-            tokens, slots = (int(mask.sum()), mask.numel()) if mask is not None else (0, 0)
+            tokens, slots = _tokens(inputs)
             loss = super().training_step(model, inputs, num_items_in_batch)
             for callback in self.callback_handler.callbacks:
                 if isinstance(callback, RunCallback):

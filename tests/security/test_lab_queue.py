@@ -166,8 +166,8 @@ def test_the_train_tab_refuses_a_run_beyond_the_cap_and_makes_no_folder(lab, tic
 
 def test_the_trainer_refuses_a_gpu_this_machine_does_not_have():
     from dragonfarm_core.settings import Hardware, SettingsError
-    from dragonfarm_core.trainers import common
+    from dragonfarm_core.trainers import placement
 
-    have = common.torch.cuda.device_count() if common.torch.cuda.is_available() else 0
+    have = placement.torch.cuda.device_count() if placement.torch.cuda.is_available() else 0
     with pytest.raises(SettingsError, match=f"'cuda:{have}'"):
-        common.resolve_placement(Hardware(device=f"cuda:{have}"))
+        placement.resolve_placement(Hardware(device=f"cuda:{have}"))

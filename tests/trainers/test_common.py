@@ -9,23 +9,23 @@ import torch
 
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Hardware, SettingsError
-from dragonfarm_core.trainers import common
+from dragonfarm_core.trainers import common, placement
 from dragonfarm_core.trainers.common import DataError, ModelLoadError, RunReporter
 
 
 def test_cpu_placement():
-    auto = common.resolve_placement(Hardware(device="cpu"))
+    auto = placement.resolve_placement(Hardware(device="cpu"))
     assert auto.device.type == "cpu"
     assert auto.dtype == torch.float32
-    assert common.resolve_placement(Hardware(device="cpu", dtype="float32")).dtype_name == "float32"
+    assert placement.resolve_placement(Hardware(device="cpu", dtype="float32")).dtype_name == "float32"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
 def test_cuda_without_gpu_is_a_clear_error():
     with pytest.raises(SettingsError, match="no CUDA GPU"):
-        common.resolve_placement(Hardware(device="cuda"))
+        placement.resolve_placement(Hardware(device="cuda"))
     with pytest.raises(SettingsError, match="load_in_4bit needs an NVIDIA GPU"):
-        common.resolve_placement(Hardware(device="auto", load_in_4bit=True))
+        placement.resolve_placement(Hardware(device="auto", load_in_4bit=True))
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,8 @@ def test_extra_defaults_and_values():
 
 
 def test_unknown_extra_key_is_named_with_the_known_ones():
-    with pytest.raises(SettingsError, match=r"unknown key\(s\) 'optim', 'packing'.*eval_steps"):
-        extra_args({"packing": True, "optim": "adamw", "eval_steps": 5})
+    with pytest.raises(SettingsError, match=r"unknown key\(s\) 'optim', 'use_liger'.*eval_steps"):
+        extra_args({"use_liger": True, "optim": "adamw", "eval_steps": 5})
 
 
 @pytest.mark.parametrize(
@@ -29,11 +29,19 @@ def test_unknown_extra_key_is_named_with_the_known_ones():
         {"adam_beta1": 1.5},
         {"max_grad_norm": -1},
         {"sample_max_new_tokens": 2.5},
+        {"packing": "yes"},
     ],
 )
 def test_bad_extra_values(extra):
     with pytest.raises(SettingsError, match=next(iter(extra))):
         extra_args(extra)
+
+
+def test_packing_is_sft_only():
+    assert extra_args({"packing": True}, "sft").packing is True
+    with pytest.raises(SettingsError, match=r"extra\['packing'\] works for sft runs for now"):
+        extra_args({"packing": True}, "dpo")
+    assert extra_args({"packing": False}, "grpo").packing is False  # off is off anywhere
 
 
 def test_load_config(make_run, tiny_model_dir):

@@ -21,8 +21,9 @@ from dragonfarm_core.rundir import create, files
 from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Lora, SettingsError
 from dragonfarm_core.trainers import dpo, modeling, pref_data, sft
-from dragonfarm_core.trainers.common import DataError, Placement
+from dragonfarm_core.trainers.common import DataError
 from dragonfarm_core.trainers.config import ModelSpec, load_config
+from dragonfarm_core.trainers.placement import Placement
 from dragonfarm_core.trainers.sft_data import IGNORE
 
 PROGRESS = ["step", "epoch", "loss", "eval_loss", "lr", "grad_norm", "elapsed_s", "eta_s"]
@@ -215,8 +216,9 @@ def test_dpo_loss_matches_a_hand_computation():
     assert scores.correct().tolist() == [1.0, 0.0]  # a tie is not a win (TRL counts so too)
 
 
-@pytest.mark.parametrize("loss_type, smoothing",
-                         [("sigmoid", 0.0), ("hinge", 0.0), ("ipo", 0.0), ("robust", 0.2)])
+@pytest.mark.parametrize(
+    "loss_type, smoothing", [("sigmoid", 0.0), ("hinge", 0.0), ("ipo", 0.0), ("robust", 0.2)]
+)
 def test_each_held_out_dpo_loss_is_trls_own(tiny_model_dir, tokenizer, tmp_path, loss_type,
                                             smoothing):  # fmt: skip
     """dpo_score's loss for each loss_type equals what TRL's DPOTrainer trains on, batch for

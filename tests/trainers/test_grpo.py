@@ -22,8 +22,9 @@ from dragonfarm_core.rundir import create, files
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from dragonfarm_core.trainers import grpo, modeling
 from dragonfarm_core.trainers import grpo_rollout as rl
-from dragonfarm_core.trainers.common import DataError, Placement
+from dragonfarm_core.trainers.common import DataError
 from dragonfarm_core.trainers.config import ModelSpec
+from dragonfarm_core.trainers.placement import Placement
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_COLUMNS = ["step", "epoch", "loss", "eval_loss", "lr", "grad_norm", "elapsed_s", "eta_s"]

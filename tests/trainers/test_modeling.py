@@ -9,8 +9,9 @@ from trainer_fixtures import support_conversations
 from dragonfarm_core.settings import Lora, SettingsError
 from dragonfarm_core.trainers import modeling, sft_data
 from dragonfarm_core.trainers.batching import collate
-from dragonfarm_core.trainers.common import ModelLoadError, Placement
+from dragonfarm_core.trainers.common import ModelLoadError
 from dragonfarm_core.trainers.config import ModelSpec
+from dragonfarm_core.trainers.placement import Placement
 
 CPU32 = Placement(torch.device("cpu"), torch.float32)
 
@@ -44,6 +45,38 @@ def test_label_loss_matches_the_full_logits_loss(spec, batch):
         reference = model(**batch).loss  # transformers' loss: full logits, mean over labels
     assert n == int((batch["labels"][:, 1:] != -100).sum())
     assert float(summed) / n == pytest.approx(float(reference), rel=1e-5)
+
+
+def test_packed_rows_score_as_they_do_alone(spec):
+    """Rows packed into one padding-free sequence (TRL's pack_dataset and collator, as an SFT
+    run with packing trains) get the same loss as each row alone: position_ids that restart at
+    each row keep it from attending to the rows before it."""
+    from trl import pack_dataset
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from dragonfarm_core.trainers.sft import as_dataset
+
+    tokenizer = modeling.load_tokenizer(spec)
+    data = sft_data.encode(tokenizer, [r["messages"] for r in support_conversations(4)], 256)
+    model = modeling.add_lora(modeling.load_model(spec, CPU32, False), Lora(r=4, dropout=0.0),
+                              seed=0, gradient_checkpointing=False, quantized=False)  # fmt: skip
+    packed = pack_dataset(as_dataset(data), 4096, "bfd")
+    assert len(packed) == 1 and sorted(packed[0]["seq_lengths"]) == sorted(data.lengths)
+    collator = DataCollatorForLanguageModeling(tokenizer.pad_token_id, padding_free=True,
+                                               pad_to_multiple_of=16)  # fmt: skip
+    batch = collator([packed[0]])
+    assert "attention_mask" not in batch and batch["input_ids"].shape[0] == 1
+    with torch.no_grad():
+        together, n = modeling.label_loss(model, batch)
+        alone = [modeling.label_loss(model, collate(data, [i], tokenizer.pad_token_id))
+                 for i in range(len(data))]  # fmt: skip
+        # The control: one sequence of positions across the rows lets each see the others.
+        seen = {**batch, "position_ids": torch.arange(batch["input_ids"].shape[1])[None]}
+        mixed, _ = modeling.label_loss(model, seen)
+    apart = sum(float(loss) for loss, _ in alone)
+    assert n == sum(k for _, k in alone)
+    assert float(together) == pytest.approx(apart, rel=1e-5)
+    assert abs(float(mixed) - apart) > 20 * abs(float(together) - apart)
 
 
 def test_auto_targets_every_linear_but_the_head_with_float32_adapter(spec):

@@ -13,8 +13,8 @@ from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Lora
 from dragonfarm_core.trainers import modeling, orpo, pref_data, sft
-from dragonfarm_core.trainers.common import Placement
 from dragonfarm_core.trainers.config import ModelSpec
+from dragonfarm_core.trainers.placement import Placement
 
 
 def test_orpo_loss_matches_a_hand_computation():

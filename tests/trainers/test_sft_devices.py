@@ -89,7 +89,9 @@ def test_two_cpu_processes_train_like_one_with_the_same_effective_batch(
 def test_a_cancel_stops_both_processes_and_the_run_resumes_on_both(
     make_run, model_dir, one_thread_each, monkeypatch
 ):
-    run = on_devices(make_run(model_dir, name="cancel", grad_accum=2, **{**SAME_RUN, "max_steps": 12}), 2)
+    run = on_devices(
+        make_run(model_dir, name="cancel", grad_accum=2, **{**SAME_RUN, "max_steps": 12}), 2
+    )
     for name in ("HF_TOKEN", "OPENAI_API_KEY", "MY_SERVICE_PAT"):  # the caller's secrets
         monkeypatch.setenv(name, CANARY)
     pid = launch.start_run(run)

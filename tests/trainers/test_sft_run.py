@@ -7,6 +7,7 @@ few steps and read every file back from the run directory.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -205,11 +206,33 @@ def test_bad_data_fails_with_reason_and_log_tail(make_run, tiny_model_dir):
 
 
 def test_unknown_extra_key_fails_before_loading(make_run, tmp_path):
-    run_dir = make_run(tmp_path / "no-model-needed", extra={"packing": True})
+    run_dir = make_run(tmp_path / "no-model-needed", extra={"use_liger_kernel": True})
     with pytest.raises(SettingsError):
         sft.main(run_dir)
     status = files.read_status(run_dir)
-    assert status["reason"] == "config_error" and "'packing'" in status["error"]
+    assert status["reason"] == "config_error" and "'use_liger_kernel'" in status["error"]
+
+
+@pytest.mark.slow
+def test_packing_trains_every_row_once_in_fewer_fuller_steps(make_run, model_dir, capsys):
+    run_dir = make_run(model_dir, n_train=40, n_eval=6, batch_size=2, grad_accum=1,
+                       max_seq_len=512, extra={"packing": True, "sample_max_new_tokens": 8})  # fmt: skip
+    assert sft.main(run_dir) == "succeeded"
+    status = files.read_status(run_dir)
+    # 40 rows two to a step would be 20 steps; packed, several rows share a sequence.
+    assert status["step"] == status["total_steps"] < 12
+    tokenizer = sft.modeling.load_tokenizer(sft.load_config(run_dir).model)
+    rows = sft.sft_data.load(run_dir, tokenizer, 512).train
+    metrics = status["metrics"]
+    assert metrics["train_tokens"] == sum(rows.lengths)  # one epoch: each row's tokens once
+    assert metrics["train_padding"] < 0.1
+    losses = [r["loss"] for r in _train_rows(run_dir)]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
+    held_out = [r["eval_loss"] for r in files.read_progress(run_dir) if r["eval_loss"] is not None]
+    assert held_out[-1] < held_out[0]
+    packed = (status["total_steps"] - 1) * 2 + 1, status["total_steps"] * 2  # sequences
+    said = capsys.readouterr().out
+    assert any(f"40 rows packed into {n}, {status['total_steps']} steps" in said for n in packed)
 
 
 @pytest.mark.slow
