@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from dragonfarm_core.rewards import NEEDS_REFERENCE, TYPES, Reward, assign_names
 from dragonfarm_core.settings import SettingsError, check_choice, check_numbers, setting
@@ -47,7 +47,7 @@ class PreferenceArgs:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], run_dir: str | Path | None = None) -> PreferenceArgs:
+    def from_dict(cls, values: dict[str, Any], run_dir: str | Path | None = None) -> Self:
         return cls(**_known(cls, values))
 
     def copy_into(self, run_dir: str | Path) -> PreferenceArgs:

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from dragonfarm_core.method_args import DPO_LOSSES
+from dragonfarm_core.method_args import DPO_LOSSES, DpoArgs
 from dragonfarm_core.trainers import lifecycle, modeling, pref_data, trl_run
 from dragonfarm_core.trainers.common import reported_run
 from dragonfarm_core.trainers.config import load_config
@@ -110,7 +110,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
     with reported_run(run_dir) as report:
         config = load_config(run_dir)
         args = config.args
-        settings = pref_data.read_settings(config)
+        settings = DpoArgs.from_dict(config.method_args)
         beta = settings.beta
         placement = resolve_placement(config.hardware)
         tokenizer = modeling.load_tokenizer(config.model)

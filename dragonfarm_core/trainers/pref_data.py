@@ -26,6 +26,7 @@ from dragonfarm_core.chat_template import ROLES
 from dragonfarm_core.method_args import PreferenceArgs
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import files
+from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers import sft_data
 from dragonfarm_core.trainers.batching import collate, sorted_batches
 from dragonfarm_core.trainers.common import DataError, RunReporter, TrainState
@@ -42,7 +43,10 @@ PREF_COLUMNS = ("pref_acc", "reward_margin", "eval_pref_acc", "eval_reward_margi
 
 def read_settings(config: TrainConfig) -> PreferenceArgs:
     """config.json's method_args for DPO (DpoArgs) and ORPO (PreferenceArgs), checked."""
-    return METHODS[config.method].settings.from_dict(config.method_args)  # type: ignore[union-attr]
+    group = METHODS[config.method].settings
+    if group is None or not issubclass(group, PreferenceArgs):
+        raise SettingsError(f"config.json method {config.method!r} is not DPO or ORPO.")
+    return group.from_dict(config.method_args)
 
 
 def _check_messages(value: Any, field: str, last_role: str, where: str) -> list[dict[str, str]]:
