@@ -86,10 +86,10 @@ def bundle(
     method: "sft", "dpo", "orpo" or "grpo"; None picks GRPO when `rewards` are given, DPO for a
     dataset mapped with .map_pairs(), SFT otherwise. args=None takes the method's defaults (as
     its own function does); beta=None and loss_type=None the method's defaults (loss_type and
-    label_smoothing as prefer() takes them for DPO, loss_type as reinforce() for GRPO). Nothing is trained here: the run's
-    state is "bundled" and <run>/bundle/dragonfarm-<run id>.zip holds the data, config.json,
-    the trainer's code, pinned requirements for a CUDA machine and the notebook (also written
-    next to it). A `command` reward whose program would not exist remotely is warned about.
+    label_smoothing as prefer() takes them for DPO, loss_type as reinforce() for GRPO). Nothing
+    is trained here: the run's state is "bundled" and <run>/bundle/dragonfarm-<run id>.zip
+    holds the data, config.json, the trainer's code, pinned requirements for a CUDA machine and
+    the notebook (also written next to it). A `command` reward whose program would not exist remotely is warned about.
     Continue with dragon.remote(run, provider), then dragon.import_results(run, zip).
     """
     chosen = _method(method, dataset, rewards)

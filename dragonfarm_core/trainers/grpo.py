@@ -36,7 +36,7 @@ from dragonfarm_core.trainers import grpo_rollout as rl
 from dragonfarm_core.trainers import lifecycle, modeling, trl_run
 from dragonfarm_core.trainers.common import reported_run
 from dragonfarm_core.trainers.config import load_config
-from dragonfarm_core.trainers.placement import process_count, resolve_placement
+from dragonfarm_core.trainers.placement import processes_note, resolve_placement
 
 
 @dataclass
@@ -250,7 +250,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         model.delete_adapter("ref")
         trainer.remove_callback(PrinterCallback)  # progress.jsonl has the rows
         if report.writes:
-            processes = f", {process_count()} processes" if process_count() > 1 else ""
+            processes = processes_note()
             print(f"GRPO on {config.model.name} ({placement.device}, {placement.dtype_name}"
                   f"{processes}): {len(train_rows)} prompts x {settings.group_size} completions, "
                   f"{plan.total_steps} steps, rewards {', '.join(names)}; {trainable:,} of "

@@ -36,6 +36,11 @@ def process_count() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def processes_note() -> str:
+    """", 2 processes" in a run of several processes, for the run's first line; else ""."""
+    return f", {process_count()} processes" if process_count() > 1 else ""
+
+
 def resolve_placement(hardware: Hardware) -> Placement:
     """Turn `Hardware` into a device and the dtype of the frozen base weights.
 

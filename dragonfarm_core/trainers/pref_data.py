@@ -33,7 +33,7 @@ from dragonfarm_core.trainers.common import DataError, RunReporter, TrainState
 from dragonfarm_core.trainers.config import TrainConfig
 from dragonfarm_core.trainers.evaluation import add_before, generate_samples
 from dragonfarm_core.trainers.modeling import labelled_logits
-from dragonfarm_core.trainers.placement import Placement, process_count
+from dragonfarm_core.trainers.placement import Placement, processes_note
 from dragonfarm_core.trainers.sft_data import Encoded, read_rows
 
 Pair = dict[str, list[dict[str, str]]]
@@ -238,7 +238,7 @@ def announce(report: RunReporter, what: str, config: TrainConfig, placement: Pla
              n_pairs: int, steps: int, trainable: int, total: int) -> None:  # fmt: skip
     """The run's first line in train.log (rank 0's alone, in a run of several processes)."""
     if report.writes:
-        processes = f", {process_count()} processes" if process_count() > 1 else ""
+        processes = processes_note()
         print(f"{what} on {config.model.name}, {placement.device} ({placement.dtype_name}"
               f"{processes}): {n_pairs} pairs, {steps} steps, {trainable:,} of {total:,} "
               "parameters trainable.", flush=True)  # fmt: skip

@@ -29,7 +29,7 @@ from typing import Any
 from dragonfarm_core.trainers import evaluation, lifecycle, modeling, sft_data, trl_run
 from dragonfarm_core.trainers.common import reported_run
 from dragonfarm_core.trainers.config import load_config
-from dragonfarm_core.trainers.placement import process_count, resolve_placement
+from dragonfarm_core.trainers.placement import processes_note, resolve_placement
 from dragonfarm_core.trainers.sft_data import Encoded
 
 
@@ -110,7 +110,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         )
         # progress.jsonl has the rows; train.log stays readable without Trainer's printed dicts
         trainer.remove_callback(PrinterCallback)
-        processes = f", {process_count()} processes" if process_count() > 1 else ""
+        processes = processes_note()
         if report.writes:
             print(
                 f"Training {config.model.name} on {placement.device} ({placement.dtype_name}"
