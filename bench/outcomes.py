@@ -257,10 +257,11 @@ def judged(
     the judge compares greedy replies. After 6 SFT epochs the greedy replies score 7.8 of 10
     (30 % in the exact house style), but its samples at temperature 0.7 fall apart: of 180
     prompts 56 gave a pair, and in all but two of them the best of four scored 5 or 6, so the
-    pairs (mostly 6 vs 4) taught nothing the greedy replies lacked. At 0.4 the samples stay near the greedy replies and differ where it
-    counts: 157-162 pairs from 180 prompts, the best of four in the exact house style (10) in
-    two thirds of them. From one SFT run (6 epochs) on a quiet 2-core CPU, DPO lr 5e-4 for 2
-    epochs (72-74 steps, about 3 min; sampling about 2.5 min):
+    pairs (mostly 6 vs 4) taught nothing the greedy replies lacked. At 0.4 the samples stay
+    near the greedy replies and differ where it counts: 157-162 pairs from 180 prompts, the
+    best of four in the exact house style (10) in two thirds of them. From one SFT run (6
+    epochs) on a quiet 2-core CPU, DPO lr 5e-4 for 2 epochs (72-74 steps, about 3 min;
+    sampling about 2.5 min):
 
         seed  pairs  DPO vs SFT    greedy house style
         42    160    8W  8T 4L     7.8 -> 8.3
