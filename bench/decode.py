@@ -5,7 +5,9 @@ Decode speed of every generation path on the same model, prompts and GGUF, all i
 - plain: transformers' `model.generate` in this process, torch's default threads (what the
   worker and the trainers' samples did before `worker_decode`);
 - ours: `worker_decode.decode`, the shared loop the worker and the trainers use, with its
-  thread rule (`cpu_threads`);
+  thread rule (`cpu_threads`), in float32 (the worker's "auto" on a CPU);
+- ours_float16: the same loop in float16 (the worker's `--dtype float16`, which merges a run's
+  adapter at load): faster at batch 1, slower in batches on a CPU;
 - llama.cpp: llama-server on the same weights as an f16 GGUF, 2 threads; batch 8 is 8
   requests at once on 8 slots.
 
@@ -100,7 +102,8 @@ def prompt_ids(folder: Path, texts: list[str]) -> list[list[int]]:
 
 
 def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> dict[str, float]:
-    """plain generate() and our decode loop, batch 1 (each prompt) and `batch` (one batch)."""
+    """plain generate(), our decode loop in float32 and in float16, batch 1 (each
+    prompt) and `batch` (one batch)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -108,6 +111,7 @@ def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> d
     from dragonfarm_core.trainers.grpo_rollout import left_pad
 
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    half = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float16)
     pad = model.config.pad_token_id
 
     def plain(ids, mask):
@@ -115,12 +119,16 @@ def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> d
             model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
                            min_new_tokens=new, do_sample=False, pad_token_id=pad)  # fmt: skip
 
-    def ours(ids, mask):
-        with torch.inference_mode(), cpu_threads(model):
-            decode(model, ids, mask, Decoding(), max_new_tokens=new, stop=[], pad_id=pad)
+    def loop(m):
+        def run(ids, mask):
+            with torch.inference_mode(), cpu_threads(m):
+                decode(m, ids, mask, Decoding(), max_new_tokens=new, stop=[], pad_id=pad)
+
+        return run
 
     results = {}
-    for name, run in (("plain", plain), ("ours", ours)):
+    for name, run in (("plain", plain), ("ours", loop(model)),
+                      ("ours_float16", loop(half.eval()))):  # fmt: skip
         run(*left_pad(rows[:1], pad))  # warm
         for size in (1, batch):
             groups = [rows[i : i + 1] for i in range(len(rows))] if size == 1 else [
@@ -213,6 +221,9 @@ def main() -> None:
         for size in (1, args.batch):
             line[f"{key}_b{size}_ours_over_llama"] = r[f"ours_b{size}"] / r[f"llama_b{size}"]
             line[f"{key}_b{size}_plain_over_llama"] = r[f"plain_b{size}"] / r[f"llama_b{size}"]
+            line[f"{key}_b{size}_float16_over_llama"] = (
+                r[f"ours_float16_b{size}"] / r[f"llama_b{size}"]
+            )
     if "backends" in results:
         b = results["backends"]
         line["llamacpp_backend_over_server"] = (

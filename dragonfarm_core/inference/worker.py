@@ -15,7 +15,11 @@ lands in the log (stderr) instead of corrupting the protocol.
        {"id", "event": "done", "texts": [...]} or {"id", "event": "error", "error": "..."}
 
 The last two models stay loaded (least recently used goes first), so switching between a run
-and another, or between a run and its base (the adapter disabled in place), costs no reload.
+and another, or between a run and its base, costs no reload. In float32 (the CPU default) the
+base is the run's model with its adapter disabled in place; in float16 on a CPU (`--dtype
+float16`: faster for one prompt, slower for batches, figures in worker_decode) the run's adapter
+is merged into its weights at load and the base is held as a model of its own (see
+`Models.merges_at_load`).
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ def pick_device(device: str, dtype: str) -> tuple[str, Any]:
         if device == "cuda":
             dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
         else:
+            # float32 on a CPU: float16 decodes one prompt faster but batches slower there
+            # (figures in worker_decode, above NonFiniteLogits); ask for it with --dtype float16.
             dtype = "float16" if device == "mps" else "float32"
     return device, getattr(torch, dtype)
 
@@ -75,9 +81,52 @@ class Models:
         self.device, self.dtype = device, dtype
         self.held: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
         self.loads = 0
+        # Models whose half-precision values overflowed: loaded in float32 from then on.
+        self.full_precision: set[tuple] = set()
+
+    def merges_at_load(self) -> bool:
+        """Whether a run's adapter goes into its weights at load (merge_and_unload).
+
+        Half precision on a CPU: unmerged, LoRA's extra matmuls cost the 135M shape 28 % of its
+        decode speed (17.8 against 24.7 tokens/s merged, bench/decode.py's model), and merging
+        and unmerging half-precision weights in place each time a request switches between the
+        run and its base would let rounding drift into the base. So the merge is done once, and
+        the base is an entry of its own (two half-precision copies take what one float32 copy
+        took). Float32 and GPUs keep the adapter in place, switched off for the base.
+        """
+        import torch
+
+        return self.device == "cpu" and self.dtype != torch.float32
+
+    def entry(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The spec as it is held: with the adapter merged at load, the base (adapter off) is
+        the model without its live adapter (earlier runs' adapters still folded in)."""
+        if self.merges_at_load() and spec["adapter"] and not spec.get("use_adapter", True):
+            return {**spec, "adapter": None, "use_adapter": True}
+        return spec
+
+    def key(self, spec: dict[str, Any]) -> tuple:
+        return (spec["base"], tuple(spec["adapters"]), spec["adapter"])
+
+    def dtype_for(self, spec: dict[str, Any]) -> Any:
+        import torch
+
+        return torch.float32 if self.key(spec) in self.full_precision else self.dtype
+
+    def to_full_precision(self, spec: dict[str, Any]) -> bool:
+        """Load this model in float32 from now on; False when it already is."""
+        import torch
+
+        key = self.key(spec)
+        if self.dtype_for(spec) == torch.float32:
+            return False
+        self.full_precision.add(key)
+        if self.held.pop(key, None) is not None:
+            self.free()
+        return True
 
     def get(self, spec: dict[str, Any]) -> tuple[Any, Any]:
-        key = (spec["base"], tuple(spec["adapters"]), spec["adapter"])
+        key = self.key(spec)
         if key in self.held:
             self.held.move_to_end(key)
             return self.held[key]
@@ -110,13 +159,16 @@ class Models:
         # Typed as the Module it is used as (peft wraps it, then it is moved and put in eval
         # mode): transformers types PreTrainedModel.to through functools.wraps, which mypy
         # reads as taking the model, not a device.
+        dtype = self.dtype_for(spec)
         model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
-            spec["base"], dtype=self.dtype, trust_remote_code=trust
+            spec["base"], dtype=dtype, trust_remote_code=trust
         )
         for path in spec["adapters"]:  # earlier runs, folded in as the trainer did
             model = PeftModel.from_pretrained(model, path).merge_and_unload()
         if adapter:
             model = PeftModel.from_pretrained(model, adapter)
+            if self.merges_at_load() and dtype != torch.float32:
+                model = model.merge_and_unload()
         model.to(self.device).eval()
         return model, tokenizer
 
@@ -143,8 +195,11 @@ def make_streamer(tokenizer: Any, channel: Channel, rid: int, stream: bool) -> A
     from transformers.generation.streamers import BaseStreamer
 
     class Pieces(TextStreamer):
+        sent = False
+
         def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
             if text:
+                self.sent = True
                 channel.send({"id": rid, "event": "token", "text": text})
 
     class Heartbeat(BaseStreamer):
@@ -154,6 +209,8 @@ def make_streamer(tokenizer: Any, channel: Channel, rid: int, stream: bool) -> A
             if time.monotonic() - self.last > HEARTBEAT_S:
                 self.last = time.monotonic()
                 channel.send({"id": rid, "event": "alive"})
+
+        sent = False
 
         def end(self) -> None:
             pass
@@ -208,13 +265,40 @@ def seeded(seed: int | None, device: str) -> Iterator[None]:
 
 
 def generate(models: Models, request: dict[str, Any], channel: Channel) -> list[str]:
-    """Replies to the request's conversations, in order, in batches of BATCH_SIZE."""
+    """Replies to the request's conversations, in order, in batches of BATCH_SIZE.
+
+    A model whose half-precision values overflow (non-finite logits) is reloaded in float32
+    and the request is answered again, unless part of a reply was already streamed: then the
+    request fails saying so, and the next one gets the float32 model."""
+    from dragonfarm_core.inference.worker_decode import NonFiniteLogits
+
+    spec = models.entry(request["model"])
+    sent: list[Any] = []
+    try:
+        return generate_once(models, spec, request, channel, sent)
+    except NonFiniteLogits as e:
+        if not models.to_full_precision(spec):
+            raise
+        if any(s.sent for s in sent):
+            raise NonFiniteLogits(
+                f"{e} The model is reloaded in float32 for the next request: send it again."
+            ) from e
+        print(f"{e} Reloading the model in float32 and answering again.", file=sys.stderr)
+        return generate_once(models, spec, request, channel, [])
+
+
+def generate_once(
+    models: Models,
+    spec: dict[str, Any],
+    request: dict[str, Any],
+    channel: Channel,
+    sent: list[Any],
+) -> list[str]:
     import torch
 
     from dragonfarm_core.chat_template import stop_ids
     from dragonfarm_core.inference.worker_decode import cpu_threads, decode
 
-    spec = request["model"]
     model, tokenizer = models.get(spec)
     settings, stop = decoding(model, request["sampling"]), stop_ids(model, tokenizer)
     max_new = request["sampling"]["max_new_tokens"]
@@ -236,9 +320,10 @@ def generate(models: Models, request: dict[str, Any], channel: Channel) -> list[
                 add_special_tokens=False,
             ).to(models.device)
             streamer = make_streamer(tokenizer, channel, request["id"], stream)
+            sent.append(streamer)
             with (
                 torch.inference_mode(),
-                adapter_mode(model, spec, models.dtype),
+                adapter_mode(model, spec, models.dtype_for(spec)),
                 cpu_threads(model),
             ):
                 new_tokens = decode(

@@ -42,6 +42,23 @@ DEFAULT_TOP_K = 50
 # them when another process holds a core). Measured with bench/decode.py; see README
 # "Decode speed" for the figures on the bundled model (6M) and the SmolLM2-135M shape.
 ONE_THREAD_BELOW = 50_000_000
+# float16 on a CPU (the worker's --dtype float16; "auto" stays float32 there). Batch-1 decode
+# reads every weight once a token, and torch's float16 matrix-vector product (float32
+# accumulation, AVX2 or AVX-512 kernels) moves half the bytes at a better rate than float32's.
+# Measured with bench/decode.py (AMD EPYC, AVX-512, 2 cores, quiet, greedy, 128 new tokens):
+# the SmolLM2-135M shape at batch 1 42.1 tokens/s against 15.1 in float32 (2.8x; llama.cpp's
+# f16 88.8), the bundled model 227 against 150 (1.5x); with a merged LoRA adapter 24.7 against
+# 12.8 on the 135M shape (a shorter run), unmerged only 17.8 (see worker.Models.merges_at_load).
+# But batches are slower: at batch 8 73.8 against 81.7 (135M) and 485 against 699 (bundled),
+# so float16 is not the CPU default. bfloat16 was slower than float16 on both models, and with
+# torch held to no SIMD kernels (ATEN_CPU_CAPABILITY=default) float16 ran at half float32's
+# speed. Greedy replies of the bundled model in float16 agreed with float32's on 19 of 20
+# example tickets (96 new tokens each). A float16 model whose activations overflow is caught
+# here (NonFiniteLogits) and reloaded in float32 by the worker.
+
+
+class NonFiniteLogits(ValueError):
+    """Half-precision activations overflowed: the logits hold inf or nan."""
 
 
 @dataclass(frozen=True)
@@ -192,7 +209,13 @@ def decode(
             use_cache=True,
             logits_to_keep=1,
         )
-        token = _next_tokens(out.logits[:, -1, :].float(), seen[:, :length], settings, processors)
+        logits = out.logits[:, -1, :]
+        if logits.dtype == torch.float16 and not bool(torch.isfinite(logits).all()):
+            raise NonFiniteLogits(
+                f"The model's float16 values overflowed at new token {n + 1} (the logits are "
+                "not finite)."
+            )
+        token = _next_tokens(logits.float(), seen[:, :length], settings, processors)
         token = torch.where(running, token, pad)
         seen[:, length] = token
         n += 1

@@ -1,0 +1,132 @@
+"""The worker's dtype on a CPU, its half-precision models, and the float32 fallback when float16
+overflows: the worker's own functions in this process, on the tiny Llama."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dragonfarm_core.inference import worker  # noqa: E402
+from dragonfarm_core.inference.protocol import Sampling  # noqa: E402
+from dragonfarm_core.inference.target import resolve_target  # noqa: E402
+from dragonfarm_core.inference.worker_decode import NonFiniteLogits, decode  # noqa: E402
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+
+    def send(self, event: dict) -> None:
+        self.events.append(event)
+
+
+def request(spec: dict, text: str = "My thermostat keeps dropping off Wi-Fi.", stream=False):
+    return {"id": 1, "model": spec, "conversations": [[{"role": "user", "content": text}]],
+            "sampling": Sampling(10, 0.0).as_dict(), "stream": stream}  # fmt: skip
+
+
+def test_auto_on_a_cpu_is_float32_and_float16_is_asked_for():
+    """float16 decodes one prompt faster on this CPU but batches slower (worker_decode)."""
+    assert worker.pick_device("cpu", "auto") == ("cpu", torch.float32)
+    assert worker.pick_device("cpu", "float16") == ("cpu", torch.float16)
+
+
+def test_half_precision_merges_the_run_and_holds_its_base_apart(tiny_run, tiny_model):
+    """The run's adapter is in its weights (no LoRA layers left); the base is its own entry and
+    answers as the model without the run does; float32 keeps the adapter in place."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    spec = resolve_target(str(tiny_run)).spec.as_dict()
+    half = worker.Models("cpu", torch.float16)
+    tuned = worker.generate(half, request(spec), Sink())
+    run_model = next(iter(half.held.values()))[0]
+    assert not any(isinstance(m, BaseTunerLayer) for m in run_model.modules())
+    assert next(run_model.parameters()).dtype == torch.float16
+    base = worker.generate(half, request({**spec, "use_adapter": False}), Sink())
+    assert base != tuned and half.loads == 2
+    plain = resolve_target(str(tiny_model)).spec.as_dict()
+    assert worker.generate(half, request(plain), Sink()) == base
+    assert half.loads == 2  # the base entry is the model without the run: already held
+
+    full = worker.Models("cpu", torch.float32)
+    assert worker.generate(full, request(spec), Sink()) == tuned  # 19 in 20 agree; this one does
+    worker.generate(full, request({**spec, "use_adapter": False}), Sink())
+    assert full.loads == 1
+    assert any(isinstance(m, BaseTunerLayer) for m in next(iter(full.held.values()))[0].modules())
+
+
+@pytest.fixture
+def overflowing(tmp_path, tiny_model):
+    """The tiny Llama with one MLP scaled so its float16 activations overflow while every
+    weight still fits float16 (float32 copes: the norms scale the residual stream back)."""
+    from transformers import AutoModelForCausalLM
+
+    folder = shutil.copytree(tiny_model, tmp_path / "overflowing")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight.mul_(5e5)
+        model.model.layers[0].mlp.up_proj.weight.mul_(100.0)
+    assert (
+        max(float(p.detach().abs().max()) for p in model.parameters()) < 65504
+    )  # float16's largest
+    model.save_pretrained(folder)
+    return folder
+
+
+def test_decode_refuses_non_finite_float16_logits(overflowing):
+    from transformers import AutoModelForCausalLM
+
+    from dragonfarm_core.inference.worker_decode import Decoding
+
+    ids = torch.tensor([[5, 6, 7, 8]])
+
+    def run(dtype):
+        model = AutoModelForCausalLM.from_pretrained(overflowing, dtype=dtype).eval()
+        return decode(model, ids, torch.ones_like(ids), Decoding(), max_new_tokens=4, stop=[],
+                      pad_id=0)  # fmt: skip
+
+    assert run(torch.float32).shape == (1, 4)
+    with pytest.raises(NonFiniteLogits, match="float16 values overflowed at new token 1"):
+        run(torch.float16)
+
+
+def test_an_overflowing_model_is_reloaded_in_float32_and_answered(overflowing):
+    spec = resolve_target(str(overflowing)).spec.as_dict()
+    half, sink = worker.Models("cpu", torch.float16), Sink()
+    replies = worker.generate(half, request(spec, stream=True), sink)
+    assert replies == worker.generate(worker.Models("cpu", torch.float32), request(spec), Sink())
+    assert half.dtype_for(spec) == torch.float32 and half.loads == 2  # float16, then float32
+    assert next(next(iter(half.held.values()))[0].parameters()).dtype == torch.float32
+    streamed = "".join(e["text"] for e in sink.events if e["event"] == "token")
+    assert streamed.strip() == replies[0]  # nothing streamed twice
+    assert worker.generate(half, request(spec), Sink()) == replies and half.loads == 2
+
+
+def test_an_overflow_after_streamed_pieces_fails_the_request_and_the_next_is_float32(
+    monkeypatch, tiny_model
+):
+    """Pieces already shown are not shown again: the request fails saying to send it again,
+    and the next request gets the float32 model."""
+    from dragonfarm_core.inference import worker_decode
+
+    real = worker_decode.decode
+
+    def overflows_after_streaming(model, *args, streamer=None, **kwargs):
+        new = real(model, *args, streamer=streamer, **kwargs)
+        if next(model.parameters()).dtype == torch.float16:
+            raise NonFiniteLogits("The model's float16 values overflowed at new token 9.")
+        return new
+
+    monkeypatch.setattr(worker_decode, "decode", overflows_after_streaming)
+    spec = resolve_target(str(tiny_model)).spec.as_dict()
+    half, sink = worker.Models("cpu", torch.float16), Sink()
+    with pytest.raises(NonFiniteLogits, match="reloaded in float32 for the next request"):
+        worker.generate(half, request(spec, stream=True), sink)
+    assert any(e["event"] == "token" for e in sink.events)
+    assert half.dtype_for(spec) == torch.float32 and not half.held
+    assert worker.generate(half, request(spec), Sink()) == worker.generate(
+        worker.Models("cpu", torch.float32), request(spec), Sink()
+    )
