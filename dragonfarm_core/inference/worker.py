@@ -203,14 +203,12 @@ def make_streamer(tokenizer: Any, channel: Channel, rid: int, stream: bool) -> A
                 channel.send({"id": rid, "event": "token", "text": text})
 
     class Heartbeat(BaseStreamer):
-        last = 0.0
+        last, sent = 0.0, False  # a batch streams no pieces
 
         def put(self, value: Any) -> None:
             if time.monotonic() - self.last > HEARTBEAT_S:
                 self.last = time.monotonic()
                 channel.send({"id": rid, "event": "alive"})
-
-        sent = False
 
         def end(self) -> None:
             pass
