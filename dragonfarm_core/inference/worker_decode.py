@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from dragonfarm_core.inference.decode_step import DecodeStep
+
 # transformers' own default when a generation_config sets no top_k (GenerationConfig fills it
 # in for sampling): the worker's replies were drawn with it before this loop existed.
 DEFAULT_TOP_K = 50
@@ -178,11 +180,13 @@ def decode(
     stop: Sequence[int],
     pad_id: int | None,
     streamer: Any = None,
+    trimmed: bool = True,
 ) -> torch.Tensor:
     """The new tokens for each left-padded row of `input_ids`, [rows, longest reply]: the stop
     token that ended a row included, `pad_id` after it (as generate() returns them). `stop`
     empty decodes every row to max_new_tokens. `streamer` gets generate()'s calls: put(prompt),
-    put(tokens) each step, end()."""
+    put(tokens) each step, end(). `trimmed` False keeps every step on model.forward (tests and
+    bench/decode.py compare the two)."""
     from transformers import DynamicCache
 
     rows, prompt_len = input_ids.shape
@@ -198,18 +202,26 @@ def decode(
     running = torch.ones(rows, dtype=torch.bool, device=device)
     if streamer is not None:
         streamer.put(input_ids.cpu())
+    # The prompt goes through model.forward; each token after it through the trimmed step
+    # when the model has a shape it knows (decode_step), else through model.forward too.
+    step: DecodeStep | None = None
     step_ids, step_pos, n = input_ids, positions, 0
     while n < max_new_tokens:
         length = prompt_len + n
-        out = model(
-            input_ids=step_ids,
-            attention_mask=mask[:, :length],
-            position_ids=step_pos,
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        logits = out.logits[:, -1, :]
+        if step is not None:
+            logits = step(step_ids, step_pos, length - 1, mask)
+        else:
+            out = model(
+                input_ids=step_ids,
+                attention_mask=mask[:, :length],
+                position_ids=step_pos,
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            logits = out.logits[:, -1, :]
+            if n == 0 and trimmed:
+                step = DecodeStep.build(model, cache, prompt_len, prompt_len + max_new_tokens)
         if logits.dtype == torch.float16 and not bool(torch.isfinite(logits).all()):
             raise NonFiniteLogits(
                 f"The model's float16 values overflowed at new token {n + 1} (the logits are "

@@ -1,0 +1,171 @@
+"""The trimmed decode step (`decode_step.DecodeStep`) computes what `model.forward` computes.
+
+The bundled model's decode goes through it (test_decode.py holds those replies equal to
+generate()'s); here, models built in the fixture: a Qwen2 shape (biased q/k/v projections,
+grouped-query attention), a Llama shape with Llama 3's rope scaling, the bundled model with a
+peft LoRA adapter (on and switched off), in left-padded batches. Greedy replies equal
+generate()'s token for token and each step's logits equal model.forward's; a shape the step
+does not know (Qwen3 normalises q and k) falls back to model.forward.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from dragonfarm_core.inference import decode_step
+from dragonfarm_core.inference.decode_step import DecodeStep
+from dragonfarm_core.inference.worker_decode import Decoding, decode, default_stop
+from dragonfarm_core.models import bundled_model_path
+
+SHAPE = {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 3,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+         "vocab_size": 300, "max_position_embeddings": 256, "pad_token_id": 0,
+         "tie_word_embeddings": False}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def built(model_class, config):
+    torch.manual_seed(0)
+    model = model_class(config).eval()
+    with torch.no_grad():  # weights large enough that the logits are far from ties
+        for p in model.parameters():
+            p.normal_(0, 0.08)
+    return model
+
+
+def qwen2():
+    return built(Qwen2ForCausalLM, Qwen2Config(**SHAPE))
+
+
+def llama3_scaled():
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32,
+               "rope_theta": 500000.0}  # fmt: skip
+    return built(LlamaForCausalLM, LlamaConfig(**SHAPE, rope_parameters=scaling))
+
+
+def padded_batch(vocab=300):
+    torch.manual_seed(1)
+    ids = torch.randint(1, vocab, (3, 12))
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0  # left padding of different lengths
+    mask[2, :9] = 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def generated(model, ids, mask, new, stop=()):
+    """generate()'s greedy reply: to `new` tokens, or each row to a token in `stop`."""
+    until = {"eos_token_id": list(stop)} if stop else {"min_new_tokens": new}
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
+                             do_sample=False, repetition_penalty=1.0, pad_token_id=0,
+                             **until)  # fmt: skip
+    return out[:, ids.shape[1] :]
+
+
+def ours(model, ids, mask, new, trimmed=True, stop=()):
+    return decode(model, ids, mask, Decoding(), max_new_tokens=new, stop=list(stop), pad_id=0,
+                  trimmed=trimmed)  # fmt: skip
+
+
+def counting(monkeypatch):
+    calls = []
+    real = DecodeStep.__call__
+
+    def counted(self, *args):
+        calls.append(1)
+        return real(self, *args)
+
+    monkeypatch.setattr(DecodeStep, "__call__", counted)
+    return calls
+
+
+@pytest.mark.parametrize("make", [qwen2, llama3_scaled], ids=["qwen2", "llama3-rope-scaling"])
+def test_greedy_replies_are_generates_through_the_step(make, monkeypatch):
+    model = make()
+    ids, mask = padded_batch()
+    calls = counting(monkeypatch)
+    got = ours(model, ids, mask, 40)  # past the scaled rope's original 32 positions
+    assert len(calls) == 39  # every token after the prompt's first
+    assert torch.equal(got, generated(model, ids, mask, 40))
+
+
+@pytest.mark.parametrize("make", [qwen2, llama3_scaled], ids=["qwen2", "llama3-rope-scaling"])
+def test_each_steps_logits_are_model_forwards(make):
+    from transformers import DynamicCache
+
+    model = make()
+    ids, mask = padded_batch()
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        first = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
+                      use_cache=True, logits_to_keep=1)  # fmt: skip
+        step = DecodeStep.build(model, cache, ids.shape[1], ids.shape[1] + 8)
+        assert step is not None
+        full = torch.cat([mask, torch.ones(3, 8, dtype=mask.dtype)], dim=1)
+        token, pos = first.logits[:, -1].argmax(-1, keepdim=True), positions[:, -1:] + 1
+        for n in range(8):
+            length = ids.shape[1] + n + 1
+            want = model(input_ids=token, attention_mask=full[:, :length], position_ids=pos,
+                         cache=cache, use_cache=True).logits[:, -1]  # fmt: skip
+            got = step(token, pos, length - 1, full)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            token, pos = want.argmax(-1, keepdim=True), pos + 1
+
+
+def test_a_lora_adapter_is_applied_on_and_left_out_off(monkeypatch):
+    from peft import LoraConfig, get_peft_model
+
+    base = AutoModelForCausalLM.from_pretrained(bundled_model_path(), dtype=torch.float32)
+    ids, mask = padded_batch(vocab=4000)
+    stop = default_stop(base)
+    plain = generated(base.eval(), ids, mask, 24, stop)
+    config = LoraConfig(r=8, lora_alpha=16, init_lora_weights=False,
+                        target_modules=["q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"])
+    torch.manual_seed(3)
+    model = get_peft_model(base, config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)  # large enough to change every step (0.05 only the prompt)
+    calls = counting(monkeypatch)
+    tuned = ours(model, ids, mask, 24, stop=stop)
+    assert calls and torch.equal(tuned, generated(model, ids, mask, 24, stop))
+    assert not torch.equal(tuned, plain)  # the adapter changes the replies
+    with model.disable_adapter():
+        assert torch.equal(ours(model, ids, mask, 24, stop=stop), plain)
+
+
+def test_a_shape_it_does_not_know_decodes_through_model_forward(monkeypatch):
+    model = built(Qwen3ForCausalLM, Qwen3Config(**SHAPE))
+    assert not decode_step.supported(model)
+    ids, mask = padded_batch()
+    calls = counting(monkeypatch)
+    assert torch.equal(ours(model, ids, mask, 16), generated(model, ids, mask, 16))
+    assert not calls
+
+
+def test_trimmed_off_keeps_model_forward(monkeypatch):
+    model = qwen2()
+    ids, mask = padded_batch()
+    calls = counting(monkeypatch)
+    assert torch.equal(ours(model, ids, mask, 16, trimmed=False), ours(model, ids, mask, 16))
+    assert len(calls) == 15  # only the trimmed call went through the step
