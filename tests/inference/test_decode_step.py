@@ -107,11 +107,15 @@ def test_greedy_replies_are_generates_through_the_step(make, monkeypatch):
     assert torch.equal(got, generated(model, ids, mask, 40))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("make", [qwen2, llama3_scaled], ids=["qwen2", "llama3-rope-scaling"])
-def test_each_steps_logits_are_model_forwards(make):
+def test_each_steps_logits_are_model_forwards(make, dtype):
+    """In float16 on a CPU the step attends in float32 (its keys and values kept so): the
+    logits agree with float16's model.forward to float16's precision."""
     from transformers import DynamicCache
 
-    model = make()
+    model = make().to(dtype)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     ids, mask = padded_batch()
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
     cache = DynamicCache(config=model.config)
@@ -119,7 +123,7 @@ def test_each_steps_logits_are_model_forwards(make):
         first = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
                       use_cache=True, logits_to_keep=1)  # fmt: skip
         step = DecodeStep.build(model, cache, ids.shape[1], ids.shape[1] + 8)
-        assert step is not None
+        assert step is not None and step.keys[0].dtype == torch.float32
         full = torch.cat([mask, torch.ones(3, 8, dtype=mask.dtype)], dim=1)
         token, pos = first.logits[:, -1].argmax(-1, keepdim=True), positions[:, -1:] + 1
         for n in range(8):
@@ -127,7 +131,8 @@ def test_each_steps_logits_are_model_forwards(make):
             want = model(input_ids=token, attention_mask=full[:, :length], position_ids=pos,
                          cache=cache, use_cache=True).logits[:, -1]  # fmt: skip
             got = step(token, pos, length - 1, full)
-            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            assert got.dtype == dtype
+            torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance)
             token, pos = want.argmax(-1, keepdim=True), pos + 1
 
 
