@@ -4,10 +4,11 @@ Decode speed of every generation path on the same model, prompts and GGUF, all i
 
 - plain: transformers' `model.generate` in this process, torch's default threads (what the
   worker and the trainers' samples did before `worker_decode`);
-- ours: `worker_decode.decode`, the shared loop the worker and the trainers use, with its
-  thread rule (`cpu_threads`), in float32 (the worker's "auto" on a CPU);
-- ours_float16: the same loop in float16 (the worker's `--dtype float16`, which merges a run's
-  adapter at load): faster at batch 1, slower in batches on a CPU;
+- ours: `worker_decode.decode`, the shared loop the worker and the trainers use (its trimmed
+  step, decode_step, after the prompt), with its thread rule (`cpu_threads`), in float32 (the
+  trainers' dtype on a CPU, and the worker's "auto" there below 50M parameters);
+- ours_float16: the same loop in float16 (the worker's "auto" on an AVX2/AVX-512 CPU from 50M
+  parameters, which merges a run's adapter at load);
 - llama.cpp: llama-server on the same weights as an f16 GGUF, 2 threads; batch 8 is 8
   requests at once on 8 slots.
 

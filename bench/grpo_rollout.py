@@ -6,18 +6,23 @@ the same prompts (example tickets) and the same token budget in every arm:
 
 - single: every completion in a call of its own (prompts x group_size calls);
 - group:  one call per prompt that samples its whole group;
-- step:   one call for all prompts of the step (what the trainer does per micro-batch).
+- step:   one call for all prompts of the step (what the trainer does per micro-batch);
+- step_forward: the same call with every token through model.forward, the decode loop's
+  trimmed step (inference/decode_step.py) switched off: what the trainer did before it.
 
 The model is the bundled one (or --model; without either, the tests' tiny random model), its
 frozen weights in the dtype the trainer would pick on this CPU. Each arm runs --repeats times
 after one warm-up call; completions/s and completion tokens/s are medians. Results also go to
 bench/out/grpo_rollout.json. The last line holds the ratio of the trainer's arm to one at a
-time: batched_speedup=<step completions/s / single completions/s> (target >= 4).
+time: batched_speedup=<step completions/s / single completions/s> (target >= 4), and
+trimmed_step_speedup=<step tokens/s / step_forward tokens/s>.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import importlib.util
 import json
 import statistics
@@ -37,8 +42,8 @@ from dragonfarm_core.models import bundled_model_path  # noqa: E402
 from dragonfarm_core.settings import Hardware, Lora  # noqa: E402
 from dragonfarm_core.trainers import grpo_rollout as rl  # noqa: E402
 from dragonfarm_core.trainers import modeling  # noqa: E402
-from dragonfarm_core.trainers.common import resolve_placement  # noqa: E402
 from dragonfarm_core.trainers.config import ModelSpec  # noqa: E402
+from dragonfarm_core.trainers.placement import resolve_placement  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "grpo_rollout.json"
 
@@ -64,6 +69,18 @@ def ticket_prompts(n: int) -> list[rl.Prompt]:
     ]
 
 
+@contextlib.contextmanager
+def forward_only(on: bool):
+    """With `on`, the rollout's decode runs without its trimmed step (trimmed=False)."""
+    real = rl.decode
+    if on:
+        rl.decode = functools.partial(real, trimmed=False)
+    try:
+        yield
+    finally:
+        rl.decode = real
+
+
 def run_arm(model, tokenizer, calls: list[tuple[list[list[int]], int]], args, stop) -> dict:
     """Time the calls (prompt ids, group size) once; completions and tokens made."""
     start = time.perf_counter()
@@ -82,11 +99,13 @@ def measure(model, tokenizer, ids: list[list[int]], args, stop) -> dict[str, dic
         "single": [([p], 1) for p in ids for _ in range(g)],
         "group": [([p], g) for p in ids],
         "step": [(ids, g)],
+        "step_forward": [(ids, g)],
     }
     results = {}
     for name, calls in arms.items():
-        rl.generate_rollout(model, tokenizer, calls[0][0], calls[0][1], 4, 1.0, stop)  # warm-up
-        runs = [run_arm(model, tokenizer, calls, args, stop) for _ in range(args.repeats)]
+        with forward_only(name == "step_forward"):
+            rl.generate_rollout(model, tokenizer, calls[0][0], calls[0][1], 4, 1.0, stop)  # warm
+            runs = [run_arm(model, tokenizer, calls, args, stop) for _ in range(args.repeats)]
         results[name] = {
             "calls": len(calls),
             "completions_per_s": statistics.median(r["completions"] / r["seconds"] for r in runs),
@@ -112,7 +131,7 @@ def main() -> None:
     placement = resolve_placement(Hardware(device="cpu"))
     tokenizer = modeling.load_tokenizer(spec)
     model = modeling.add_lora(modeling.load_model(spec, placement, False), Lora(), 0, False, False)
-    ids, _ = rl.encode_prompts(tokenizer, ticket_prompts(args.prompts), 512)
+    _, ids, _ = rl.encode_prompts(tokenizer, ticket_prompts(args.prompts), 512)
     stop = stop_ids(model, tokenizer)
     torch.manual_seed(0)
     print(
@@ -126,12 +145,14 @@ def main() -> None:
     ratios = {
         "group_speedup": results["group"]["completions_per_s"] / single["completions_per_s"],
         "batched_speedup": step["completions_per_s"] / single["completions_per_s"],
+        "trimmed_step_speedup": step["tokens_per_s"] / results["step_forward"]["tokens_per_s"],
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"model": str(model_dir), "dtype": placement.dtype_name,
                                "args": vars(args), "arms": results, **ratios}, indent=2))  # fmt: skip
     print(f"group_speedup={ratios['group_speedup']:.2f}")
     print(f"batched_speedup={ratios['batched_speedup']:.2f}")
+    print(f"trimmed_step_speedup={ratios['trimmed_step_speedup']:.2f}")
 
 
 if __name__ == "__main__":

@@ -39,10 +39,63 @@ FAMILIES = {"llama", "qwen2"}
 NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm"}
 
 
-def _linear(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    if type(module) is nn.Linear:
-        return F.linear(x, module.weight, module.bias)
-    return module(x)  # a peft layer: its forward knows whether the adapter is on
+Lora = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None", float]  # A, B, B's bias, scale
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One linear layer as the step computes it: its weight and bias, plus what each active
+    LoRA adapter adds as peft's `lora.Linear.forward` adds it (`B(A(x)) * scaling`, x cast to
+    the adapter's dtype, the sum cast back). A layer of another kind (DoRA or another variant,
+    dropout in training mode, an adapter merged but switched off, which peft unmerges on its
+    next call) is called as a module. Inlined, a LoRA layer costs 4 ops instead of peft's
+    forward: on the bundled model with an adapter on every linear layer (a GRPO step's 16
+    rollouts, bench/grpo_rollout.py) the step ran 1.05x model.forward's speed calling the
+    layers, 1.22x with them inlined."""
+
+    weight: Any  # a tensor; None when `module` is called instead
+    bias: torch.Tensor | None = None
+    loras: tuple[Lora, ...] = ()
+    module: nn.Module | None = None
+
+    @classmethod
+    def of(cls, module: Any) -> Projection:
+        if type(module) is nn.Linear:
+            return cls(module.weight, module.bias)
+        base = getattr(module, "base_layer", None)
+        if type(base) is not nn.Linear or not hasattr(module, "lora_A"):
+            return cls(None, module=module)
+        if module.disable_adapters:
+            return cls(None, module=module) if module.merged else cls(base.weight, base.bias)
+        if module.merged:
+            return cls(base.weight, base.bias)
+        loras = []
+        for name in module.active_adapters:
+            if name not in module.lora_A:
+                continue
+            a, b, dropout = module.lora_A[name], module.lora_B[name], module.lora_dropout[name]
+            plain = type(a) is nn.Linear and type(b) is nn.Linear
+            if (
+                not plain
+                or name in getattr(module, "lora_variant", {})
+                or (dropout.training and not isinstance(dropout, nn.Identity))
+                or not getattr(module, "cast_input_dtype_enabled", True)
+            ):
+                return cls(None, module=module)
+            loras.append((a.weight, b.weight, b.bias, module.scaling[name]))
+        return cls(base.weight, base.bias, tuple(loras))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.module is not None:
+            return self.module(x)
+        out = F.linear(x, self.weight, self.bias)
+        if not self.loras:
+            return out
+        dtype = out.dtype
+        for a, b, b_bias, scaling in self.loras:
+            x = x.to(a.dtype)
+            out = out + F.linear(F.linear(x, a), b, b_bias) * scaling
+        return out.to(dtype)
 
 
 def _norm(module: Any, x: torch.Tensor) -> torch.Tensor:
@@ -80,6 +133,8 @@ class DecodeStep:
     head_dim: int
     keys: list[torch.Tensor]  # per layer [rows, kv_heads, total_len, head_dim]
     values: list[torch.Tensor]
+    layers: list[tuple[Projection, ...]]  # per layer q, k, v, o, gate, up, down
+    head: Projection
 
     @classmethod
     def build(cls, model: Any, cache: Any, filled: int, total_len: int) -> DecodeStep | None:
@@ -91,7 +146,8 @@ class DecodeStep:
         config = model.config
         heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        keys, values = [], []
+        keys: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
         for layer in cache.layers:
             k, v = layer.keys, layer.values
             rows = k.shape[0]
@@ -103,7 +159,15 @@ class DecodeStep:
                 buffer = filled_part.new_empty(rows, kv_heads, total_len, head_dim, dtype=dtype)
                 buffer[:, :, :filled] = filled_part
                 out.append(buffer)
-        return cls(model, heads, kv_heads, head_dim, keys, values)
+        layers = [
+            tuple(Projection.of(m) for m in (layer.self_attn.q_proj, layer.self_attn.k_proj,
+                                             layer.self_attn.v_proj, layer.self_attn.o_proj,
+                                             layer.mlp.gate_proj, layer.mlp.up_proj,
+                                             layer.mlp.down_proj))
+            for layer in model.model.layers
+        ]  # fmt: skip
+        head = Projection.of(model.lm_head)
+        return cls(model, heads, kv_heads, head_dim, keys, values, layers, head)
 
     def __call__(
         self, tokens: torch.Tensor, positions: torch.Tensor, slot: int, mask: torch.Tensor
@@ -123,11 +187,11 @@ class DecodeStep:
         cos, sin = cos[:, None], sin[:, None]  # [rows, 1, 1, dim]: over heads
         visible = mask[:, None, None, :length].bool()
         for i, layer in enumerate(inner.layers):
-            attn, mlp = layer.self_attn, layer.mlp
+            q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj = self.layers[i]
             h = _norm(layer.input_layernorm, x)
-            q = _linear(attn.q_proj, h).view(rows, 1, heads, dim).transpose(1, 2)
-            k = _linear(attn.k_proj, h).view(rows, 1, kv_heads, dim).transpose(1, 2)
-            v = _linear(attn.v_proj, h).view(rows, 1, kv_heads, dim).transpose(1, 2)
+            q = q_proj(h).view(rows, 1, heads, dim).transpose(1, 2)
+            k = k_proj(h).view(rows, 1, kv_heads, dim).transpose(1, 2)
+            v = v_proj(h).view(rows, 1, kv_heads, dim).transpose(1, 2)
             qk = torch.cat((q, k), dim=1).to(dtype)  # q and k rotated together
             qk = qk * cos + qk.roll(half, dims=-1) * sin
             self.keys[i][:, :, slot : slot + 1] = qk[:, heads:]
@@ -140,8 +204,7 @@ class DecodeStep:
                 enable_gqa=heads != kv_heads,
             )
             out = out.transpose(1, 2).reshape(rows, 1, heads * dim).to(x.dtype)
-            x = x + _linear(attn.o_proj, out)
+            x = x + o_proj(out)
             h = _norm(layer.post_attention_layernorm, x)
-            gated = F.silu(_linear(mlp.gate_proj, h)) * _linear(mlp.up_proj, h)
-            x = x + _linear(mlp.down_proj, gated)
-        return _linear(self.model.lm_head, _norm(inner.norm, x))[:, -1, :]
+            x = x + down_proj(F.silu(gate_proj(h)) * up_proj(h))
+        return self.head(_norm(inner.norm, x))[:, -1, :]

@@ -15,11 +15,12 @@ lands in the log (stderr) instead of corrupting the protocol.
        {"id", "event": "done", "texts": [...]} or {"id", "event": "error", "error": "..."}
 
 The last two models stay loaded (least recently used goes first), so switching between a run
-and another, or between a run and its base, costs no reload. In float32 (the CPU default) the
-base is the run's model with its adapter disabled in place; in float16 on a CPU (`--dtype
-float16`: faster for one prompt, slower for batches, figures in worker_decode) the run's adapter
-is merged into its weights at load and the base is held as a model of its own (see
-`Models.merges_at_load`).
+and another, or between a run and its base, costs no reload. On a CPU "auto" loads a model of
+`worker_decode.HALF_PRECISION_FROM` parameters or more in float16 where torch has AVX2 or
+AVX-512 kernels (SmolLM2-135M's shape decodes 2.8 times as fast; figures in worker_decode) and
+a smaller one, such as the bundled model, in float32. In float32 the base is the run's model
+with its adapter disabled in place; in float16 on a CPU the run's adapter is merged into its
+weights at load and the base is held as a model of its own (see `Models.merges_at_load`).
 """
 
 from __future__ import annotations
@@ -68,23 +69,40 @@ def pick_device(device: str, dtype: str) -> tuple[str, Any]:
         if device == "cuda":
             dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
         else:
-            # float32 on a CPU: float16 decodes one prompt faster but batches slower there
-            # (figures in worker_decode, above NonFiniteLogits); ask for it with --dtype float16.
+            # On a CPU float32, and float16 for the larger models (`cpu_half_from`).
             dtype = "float16" if device == "mps" else "float32"
     return device, getattr(torch, dtype)
+
+
+def cpu_half_from(device: str, dtype: str) -> int | None:
+    """With `--dtype auto` on a CPU whose torch has AVX2 or AVX-512 kernels: the parameter
+    count from which a model loads in float16 (worker_decode.HALF_PRECISION_FROM). None
+    elsewhere: without those kernels float16 ran at half float32's speed, and other CPUs
+    were not measured."""
+    import torch
+
+    from dragonfarm_core.inference.worker_decode import HALF_PRECISION_FROM
+
+    if device != "cpu" or dtype != "auto":
+        return None
+    if not torch.backends.cpu.get_cpu_capability().startswith("AVX"):
+        return None
+    return HALF_PRECISION_FROM
 
 
 class Models:
     """The loaded models, least recently used first; at most HELD_MODELS of them."""
 
-    def __init__(self, device: str, dtype: Any) -> None:
+    def __init__(self, device: str, dtype: Any, half_from: int | None = None) -> None:
         self.device, self.dtype = device, dtype
+        self.half_from = half_from  # models this large load in float16 (cpu_half_from)
+        self.sizes: dict[str, int | None] = {}  # parameters of each base, from its config
         self.held: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
         self.loads = 0
         # Models whose half-precision values overflowed: loaded in float32 from then on.
         self.full_precision: set[tuple] = set()
 
-    def merges_at_load(self) -> bool:
+    def merges_at_load(self, spec: dict[str, Any]) -> bool:
         """Whether a run's adapter goes into its weights at load (merge_and_unload).
 
         Half precision on a CPU: unmerged, LoRA's extra matmuls cost the 135M shape 28 % of its
@@ -96,12 +114,12 @@ class Models:
         """
         import torch
 
-        return self.device == "cpu" and self.dtype != torch.float32
+        return self.device == "cpu" and self.dtype_for(spec) != torch.float32
 
     def entry(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The spec as it is held: with the adapter merged at load, the base (adapter off) is
         the model without its live adapter (earlier runs' adapters still folded in)."""
-        if self.merges_at_load() and spec["adapter"] and not spec.get("use_adapter", True):
+        if self.merges_at_load(spec) and spec["adapter"] and not spec.get("use_adapter", True):
             return {**spec, "adapter": None, "use_adapter": True}
         return spec
 
@@ -111,7 +129,20 @@ class Models:
     def dtype_for(self, spec: dict[str, Any]) -> Any:
         import torch
 
-        return torch.float32 if self.key(spec) in self.full_precision else self.dtype
+        if self.key(spec) in self.full_precision:
+            return torch.float32
+        if self.half_from is not None and (self.size(spec["base"]) or 0) >= self.half_from:
+            return torch.float16
+        return self.dtype
+
+    def size(self, base: str) -> int | None:
+        """The base model's parameter count from its config.json; None when it has none."""
+        from dragonfarm_core.memory_estimate import Shape
+
+        if base not in self.sizes:
+            shape = Shape.read(base)
+            self.sizes[base] = shape.params() if shape else None
+        return self.sizes[base]
 
     def to_full_precision(self, spec: dict[str, Any]) -> bool:
         """Load this model in float32 from now on; False when it already is."""
@@ -167,7 +198,7 @@ class Models:
             model = PeftModel.from_pretrained(model, path).merge_and_unload()
         if adapter:
             model = PeftModel.from_pretrained(model, adapter)
-            if self.merges_at_load() and dtype != torch.float32:
+            if self.merges_at_load(spec):
                 model = model.merge_and_unload()
         model.to(self.device).eval()
         return model, tokenizer
@@ -184,6 +215,7 @@ class Models:
             "pid": os.getpid(),
             "device": self.device,
             "dtype": str(self.dtype),
+            "float16_from_parameters": self.half_from,
             "loaded": [{"base": b, "adapters": list(a), "adapter": ad} for b, a, ad in self.held],
             "loads": self.loads,
         }
@@ -377,7 +409,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     channel = Channel()
     device, dtype = pick_device(args.device, args.dtype)
-    models = Models(device, dtype)
+    models = Models(device, dtype, cpu_half_from(device, args.dtype))
     channel.send({"event": "ready", **models.status()})
     serve(channel, models)
 

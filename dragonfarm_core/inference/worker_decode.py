@@ -44,19 +44,22 @@ DEFAULT_TOP_K = 50
 # them when another process holds a core). Measured with bench/decode.py; see README
 # "Decode speed" for the figures on the bundled model (6M) and the SmolLM2-135M shape.
 ONE_THREAD_BELOW = 50_000_000
-# float16 on a CPU (the worker's --dtype float16; "auto" stays float32 there). Batch-1 decode
-# reads every weight once a token, and torch's float16 matrix-vector product (float32
-# accumulation, AVX2 or AVX-512 kernels) moves half the bytes at a better rate than float32's.
-# Measured with bench/decode.py (AMD EPYC, AVX-512, 2 cores, quiet, greedy, 128 new tokens):
-# the SmolLM2-135M shape at batch 1 42.1 tokens/s against 15.1 in float32 (2.8x; llama.cpp's
-# f16 88.8), the bundled model 227 against 150 (1.5x); with a merged LoRA adapter 24.7 against
-# 12.8 on the 135M shape (a shorter run), unmerged only 17.8 (see worker.Models.merges_at_load).
-# But batches are slower: at batch 8 73.8 against 81.7 (135M) and 485 against 699 (bundled),
-# so float16 is not the CPU default. bfloat16 was slower than float16 on both models, and with
+# float16 on a CPU. Batch-1 decode reads every weight once a token, and torch's float16
+# matrix-vector product (float32 accumulation, AVX2 or AVX-512 kernels) moves half the bytes at a
+# better rate than float32's (2 threads, weights beyond the cache: 22-26 GB/s against 7-12).
+# With the trimmed step (decode_step, which attends in float32), bench/decode.py (AMD EPYC,
+# AVX-512, 2 cores, quiet, greedy, 128 new tokens, tokens/s, float32 against float16): the
+# SmolLM2-135M shape 15.0 against 42.7 at batch 1 and 56.5-74 against 77.2 at batch 8; the
+# bundled model (6M) 219 against 455 at batch 1 but 1,153 against 803 at batch 8 (its time is
+# in per-op overhead, and float16's elementwise ops and batched products are slower). So the
+# worker's "auto" on such a CPU is float16 from HALF_PRECISION_FROM parameters, float32 below.
+# With a merged LoRA adapter the 135M shape ran 24.7 against 12.8, unmerged only 17.8 (see
+# worker.Models.merges_at_load). bfloat16 was slower than float16 on both models, and with
 # torch held to no SIMD kernels (ATEN_CPU_CAPABILITY=default) float16 ran at half float32's
 # speed. Greedy replies of the bundled model in float16 agreed with float32's on 19 of 20
 # example tickets (96 new tokens each). A float16 model whose activations overflow is caught
 # here (NonFiniteLogits) and reloaded in float32 by the worker.
+HALF_PRECISION_FROM = 50_000_000
 
 
 class NonFiniteLogits(ValueError):

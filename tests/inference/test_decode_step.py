@@ -136,15 +136,19 @@ def test_each_steps_logits_are_model_forwards(make, dtype):
             token, pos = want.argmax(-1, keepdim=True), pos + 1
 
 
-def test_a_lora_adapter_is_applied_on_and_left_out_off(monkeypatch):
+def test_a_lora_adapter_is_applied_on_and_left_out_off_merged_or_not(monkeypatch):
     from peft import LoraConfig, get_peft_model
 
     base = AutoModelForCausalLM.from_pretrained(bundled_model_path(), dtype=torch.float32)
     ids, mask = padded_batch(vocab=4000)
     stop = default_stop(base)
     plain = generated(base.eval(), ids, mask, 24, stop)
-    config = LoraConfig(r=8, lora_alpha=16, init_lora_weights=False,
-                        target_modules=["q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"])
+    config = LoraConfig(
+        r=8,
+        lora_alpha=16,
+        init_lora_weights=False,
+        target_modules=["q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"],
+    )
     torch.manual_seed(3)
     model = get_peft_model(base, config).eval()
     with torch.no_grad():
@@ -156,6 +160,10 @@ def test_a_lora_adapter_is_applied_on_and_left_out_off(monkeypatch):
     assert calls and torch.equal(tuned, generated(model, ids, mask, 24, stop))
     assert not torch.equal(tuned, plain)  # the adapter changes the replies
     with model.disable_adapter():
+        assert torch.equal(ours(model, ids, mask, 24, stop=stop), plain)
+    model.merge_adapter()  # as the worker does in float32: the base weights hold the adapter
+    assert torch.equal(ours(model, ids, mask, 24, stop=stop), tuned)
+    with model.disable_adapter():  # peft unmerges on the layers' next call
         assert torch.equal(ours(model, ids, mask, 24, stop=stop), plain)
 
 

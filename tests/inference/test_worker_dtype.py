@@ -28,10 +28,37 @@ def request(spec: dict, text: str = "My thermostat keeps dropping off Wi-Fi.", s
             "sampling": Sampling(10, 0.0).as_dict(), "stream": stream}  # fmt: skip
 
 
-def test_auto_on_a_cpu_is_float32_and_float16_is_asked_for():
-    """float16 decodes one prompt faster on this CPU but batches slower (worker_decode)."""
+def test_auto_on_a_cpu_is_float16_from_the_size_where_it_pays(monkeypatch):
+    """float16 decodes a 135M model faster at every batch size on an AVX CPU but the bundled
+    model's batches slower (worker_decode): auto picks it by the model's size, and only where
+    torch has the kernels it was measured with."""
+    from dragonfarm_core.inference.worker_decode import HALF_PRECISION_FROM
+
     assert worker.pick_device("cpu", "auto") == ("cpu", torch.float32)
     assert worker.pick_device("cpu", "float16") == ("cpu", torch.float16)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert worker.cpu_half_from("cpu", "auto") == HALF_PRECISION_FROM
+    assert worker.cpu_half_from("cpu", "float32") is None  # asked for: kept
+    assert worker.cpu_half_from("cuda", "auto") is None
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    assert worker.cpu_half_from("cpu", "auto") is None
+
+
+def test_a_model_from_the_size_loads_in_float16_merged_and_a_smaller_one_in_float32(
+    tiny_run, tiny_model
+):
+    from dragonfarm_core.memory_estimate import Shape
+
+    spec = resolve_target(str(tiny_run)).spec.as_dict()
+    size = Shape.read(spec["base"]).params()
+    small = worker.Models("cpu", torch.float32, half_from=size + 1)
+    assert small.dtype_for(spec) == torch.float32 and not small.merges_at_load(spec)
+    large = worker.Models("cpu", torch.float32, half_from=size)
+    assert large.dtype_for(spec) == torch.float16 and large.merges_at_load(spec)
+    worker.generate(large, request(spec), Sink())
+    model = next(iter(large.held.values()))[0]
+    assert next(model.parameters()).dtype == torch.float16
+    assert large.status()["float16_from_parameters"] == size
 
 
 def test_half_precision_merges_the_run_and_holds_its_base_apart(tiny_run, tiny_model):
