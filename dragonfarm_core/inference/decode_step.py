@@ -9,12 +9,13 @@ by concatenation, mask and position bookkeeping and generic attention dispatch. 
 reads the same weights and does only the arithmetic: RMSNorm as one fused op, the rotary
 embedding from the model's own rotary module once per token (shared by the layers, its scaling
 included), keys and values written into buffers allocated once for the whole reply, and
-`scaled_dot_product_attention` over the filled part. A layer that is not a plain `nn.Linear`
-(a peft LoRA layer: its adapter on, off or merged) is called as a module, so it computes what
-it computes in `forward`. Greedy replies are `generate()`'s token for token
-(tests/inference/test_decode.py). Figures (bench/decode.py, quiet machine, batch 1, greedy,
-tokens/s, model.forward loop against this step): the bundled model 180 -> 270 in float32 and
-302 -> 448 in float16 on one thread; the SmolLM2-135M shape in float16 38.6 -> 51.9.
+`scaled_dot_product_attention` over the filled part. A peft LoRA layer is inlined as peft
+computes it (`Projection`), or called as a module where it is of another kind. Greedy replies are `generate()`'s token for token
+(tests/inference/test_decode.py, test_decode_step.py). Figures (quiet 2-core VM, batch 1,
+greedy, tokens/s, the same loop through model.forward against this step): the bundled model on
+one thread 196-203 -> 234-240 in float32 and 238-291 -> 447-495 in float16 (where this step also
+attends in float32); the SmolLM2-135M shape in float16 on two threads 36.2 -> 42.3-46.4 (its
+time is in the matrix products).
 
 Architectures it does not know (another model_type, sliding-window attention, a norm or
 activation of another kind) get None, and the loop keeps calling `model.forward`.

@@ -15,12 +15,13 @@ lands in the log (stderr) instead of corrupting the protocol.
        {"id", "event": "done", "texts": [...]} or {"id", "event": "error", "error": "..."}
 
 The last two models stay loaded (least recently used goes first), so switching between a run
-and another, or between a run and its base, costs no reload. On a CPU "auto" loads a model of
-`worker_decode.HALF_PRECISION_FROM` parameters or more in float16 where torch has AVX2 or
-AVX-512 kernels (SmolLM2-135M's shape decodes 2.8 times as fast; figures in worker_decode) and
-a smaller one, such as the bundled model, in float32. In float32 the base is the run's model
-with its adapter disabled in place; in float16 on a CPU the run's adapter is merged into its
-weights at load and the base is held as a model of its own (see `Models.merges_at_load`).
+and another, or between a run and its base, costs no reload. On a CPU "auto" loads a model
+of `worker_decode.HALF_PRECISION_FROM` parameters or more in float16 where torch has AVX2 or
+AVX-512 kernels (SmolLM2-135M's shape decodes one prompt 2.5-3.7 times as fast; figures in
+worker_decode) and a smaller one, such as the bundled model, in float32. In float32 the base is
+the run's model with its adapter disabled in place; in float16 on a CPU the run's adapter is
+merged into its weights at load and the base is held as a model of its own (see
+`Models.merges_at_load`).
 """
 
 from __future__ import annotations

@@ -47,12 +47,13 @@ ONE_THREAD_BELOW = 50_000_000
 # float16 on a CPU. Batch-1 decode reads every weight once a token, and torch's float16
 # matrix-vector product (float32 accumulation, AVX2 or AVX-512 kernels) moves half the bytes at a
 # better rate than float32's (2 threads, weights beyond the cache: 22-26 GB/s against 7-12).
-# With the trimmed step (decode_step, which attends in float32), bench/decode.py (AMD EPYC,
-# AVX-512, 2 cores, quiet, greedy, 128 new tokens, tokens/s, float32 against float16): the
-# SmolLM2-135M shape 15.0 against 42.7 at batch 1 and 56.5-74 against 77.2 at batch 8; the
-# bundled model (6M) 219 against 455 at batch 1 but 1,153 against 803 at batch 8 (its time is
-# in per-op overhead, and float16's elementwise ops and batched products are slower). So the
-# worker's "auto" on such a CPU is float16 from HALF_PRECISION_FROM parameters, float32 below.
+# With the trimmed step (decode_step, which attends in float32), three runs of bench/decode.py
+# (AMD EPYC, AVX-512, 2 cores, greedy, 128 new tokens, tokens/s, float32 against float16): the
+# SmolLM2-135M shape 14.6-15.2 against 36.4-54.8 at batch 1 and 57-82 against 67-79 at batch
+# 8; the bundled model (6M) 183-219 against 450-461 at batch 1 but 823-1,153 against 648-803 at
+# batch 8 (its time is in per-op overhead, and float16's elementwise ops and batched products
+# are slower). So the worker's "auto" on such a CPU is float16 from HALF_PRECISION_FROM
+# parameters, float32 below.
 # With a merged LoRA adapter the 135M shape ran 24.7 against 12.8, unmerged only 17.8 (see
 # worker.Models.merges_at_load). bfloat16 was slower than float16 on both models, and with
 # torch held to no SIMD kernels (ATEN_CPU_CAPABILITY=default) float16 ran at half float32's
