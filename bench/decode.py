@@ -5,7 +5,7 @@ Decode speed of every generation path on the same model, prompts and GGUF, all i
 - plain: transformers' `model.generate` in this process, torch's default threads (what the
   worker and the trainers' samples did before `worker_decode`);
 - ours: `worker_decode.decode`, the shared loop the worker and the trainers use (its trimmed
-  step, decode_step, after the prompt), with its thread rule (`cpu_threads`), in float32 (the
+  step, worker_step, after the prompt), with its thread rule (`cpu_threads`), in float32 (the
   trainers' dtype on a CPU, and the worker's "auto" there below 50M parameters);
 - ours_float16: the same loop in float16 (the worker's "auto" on an AVX2/AVX-512 CPU from 50M
   parameters, which merges a run's adapter at load);

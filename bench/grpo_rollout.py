@@ -8,7 +8,7 @@ the same prompts (example tickets) and the same token budget in every arm:
 - group:  one call per prompt that samples its whole group;
 - step:   one call for all prompts of the step (what the trainer does per micro-batch);
 - step_forward: the same call with every token through model.forward, the decode loop's
-  trimmed step (inference/decode_step.py) switched off: what the trainer did before it.
+  trimmed step (inference/worker_step.py) switched off: what the trainer did before it.
 
 The model is the bundled one (or --model; without either, the tests' tiny random model), its
 frozen weights in the dtype the trainer would pick on this CPU. Each arm runs --repeats times

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from dragonfarm_core.inference.decode_step import DecodeStep
+from dragonfarm_core.inference.worker_step import DecodeStep
 
 # transformers' own default when a generation_config sets no top_k (GenerationConfig fills it
 # in for sampling): the worker's replies were drawn with it before this loop existed.
@@ -47,7 +47,7 @@ ONE_THREAD_BELOW = 50_000_000
 # float16 on a CPU. Batch-1 decode reads every weight once a token, and torch's float16
 # matrix-vector product (float32 accumulation, AVX2 or AVX-512 kernels) moves half the bytes at a
 # better rate than float32's (2 threads, weights beyond the cache: 22-26 GB/s against 7-12).
-# With the trimmed step (decode_step, which attends in float32), three runs of bench/decode.py
+# With the trimmed step (worker_step, which attends in float32), three runs of bench/decode.py
 # (AMD EPYC, AVX-512, 2 cores, greedy, 128 new tokens, tokens/s, float32 against float16): the
 # SmolLM2-135M shape 14.6-15.2 against 36.4-54.8 at batch 1 and 57-82 against 67-79 at batch
 # 8; the bundled model (6M) 183-219 against 450-461 at batch 1 but 823-1,153 against 648-803 at
@@ -207,7 +207,7 @@ def decode(
     if streamer is not None:
         streamer.put(input_ids.cpu())
     # The prompt goes through model.forward; each token after it through the trimmed step
-    # when the model has a shape it knows (decode_step), else through model.forward too.
+    # when the model has a shape it knows (worker_step), else through model.forward too.
     step: DecodeStep | None = None
     step_ids, step_pos, n = input_ids, positions, 0
     while n < max_new_tokens:

@@ -11,7 +11,7 @@ embedding from the model's own rotary module once per token (shared by the layer
 included), keys and values written into buffers allocated once for the whole reply, and
 `scaled_dot_product_attention` over the filled part. A peft LoRA layer is inlined as peft
 computes it (`Projection`), or called as a module where it is of another kind. Greedy replies are `generate()`'s token for token
-(tests/inference/test_decode.py, test_decode_step.py). Figures (quiet 2-core VM, batch 1,
+(tests/inference/test_decode.py, test_worker_step.py). Figures (quiet 2-core VM, batch 1,
 greedy, tokens/s, the same loop through model.forward against this step): the bundled model on
 one thread 196-203 -> 234-240 in float32 and 238-291 -> 447-495 in float16 (where this step also
 attends in float32); the SmolLM2-135M shape in float16 on two threads 36.2 -> 42.3-46.4 (its

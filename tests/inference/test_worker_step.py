@@ -1,4 +1,4 @@
-"""The trimmed decode step (`decode_step.DecodeStep`) computes what `model.forward` computes.
+"""The trimmed decode step (`worker_step.DecodeStep`) computes what `model.forward` computes.
 
 The bundled model's decode goes through it (test_decode.py holds those replies equal to
 generate()'s); here, models built in the fixture: a Qwen2 shape (biased q/k/v projections,
@@ -22,9 +22,9 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from dragonfarm_core.inference import decode_step
-from dragonfarm_core.inference.decode_step import DecodeStep
+from dragonfarm_core.inference import worker_step
 from dragonfarm_core.inference.worker_decode import Decoding, decode, default_stop
+from dragonfarm_core.inference.worker_step import DecodeStep
 from dragonfarm_core.models import bundled_model_path
 
 SHAPE = {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 3,
@@ -169,7 +169,7 @@ def test_a_lora_adapter_is_applied_on_and_left_out_off_merged_or_not(monkeypatch
 
 def test_a_shape_it_does_not_know_decodes_through_model_forward(monkeypatch):
     model = built(Qwen3ForCausalLM, Qwen3Config(**SHAPE))
-    assert not decode_step.supported(model)
+    assert not worker_step.supported(model)
     ids, mask = padded_batch()
     calls = counting(monkeypatch)
     assert torch.equal(ours(model, ids, mask, 16), generated(model, ids, mask, 16))
