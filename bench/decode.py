@@ -1,4 +1,5 @@
-"""python bench/decode.py [--max-new-tokens 128] [--batch 8] [--prompts 2] [--models bundled,smol]
+"""python bench/decode.py [--max-new-tokens 128] [--batch 8] [--prompts 2] [--repeats 3]
+                         [--models bundled,smol]
 
 Decode speed of every generation path on the same model, prompts and GGUF, all in one run:
 
@@ -20,7 +21,9 @@ tokens over wall time, prompt included (the prompts are a few dozen tokens). The
 bundled model, the backends as chat uses them: the warm worker (`backend_local`) and
 `backend_llamacpp` on the same GGUF, streamed, stopping at the end of the reply: first token
 and decode tokens/s, and the llama.cpp backend's speed over llama-server's own on those replies
-(its overhead). Results go to bench/out/decode.json; the last line holds the ratios.
+(its overhead). The torch arms and llama-server take turns `--repeats` times and each speed is
+the median of its turns (on a shared VM llama.cpp's own speed varied by a third between runs).
+Results go to bench/out/decode.json; the last line holds the ratios of those medians.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -195,6 +199,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--prompts", type=int, default=2, help="batch-1 prompts per path")
+    parser.add_argument("--repeats", type=int, default=3, help="turns of every arm (median)")
     parser.add_argument("--models", default="bundled,smol")
     args = parser.parse_args()
     try:
@@ -208,9 +213,13 @@ def main() -> None:
         folder = bundled_model_path() if key == "bundled" else smol_model()
         path = f16_gguf(folder, checked=key == "bundled")
         rows = prompt_ids(folder, texts)
-        speeds = torch_speeds(folder, rows, args.batch, args.max_new_tokens)
-        speeds |= llama_speeds(path, rows, args.batch, args.max_new_tokens)
-        results[key] = speeds
+        turns = [
+            torch_speeds(folder, rows, args.batch, args.max_new_tokens)
+            | llama_speeds(path, rows, args.batch, args.max_new_tokens)
+            for _ in range(args.repeats)
+        ]
+        speeds = {k: statistics.median(turn[k] for turn in turns) for k in turns[0]}
+        results[key] = speeds | {"turns": turns}
         print(key, {k: round(v, 1) for k, v in speeds.items()}, file=sys.stderr, flush=True)
         if key == "bundled":
             results["backends"] = backend_speeds(folder, path, texts, args.max_new_tokens)
