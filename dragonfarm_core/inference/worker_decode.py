@@ -189,8 +189,8 @@ def decode(
     """The new tokens for each left-padded row of `input_ids`, [rows, longest reply]: the stop
     token that ended a row included, `pad_id` after it (as generate() returns them). `stop`
     empty decodes every row to max_new_tokens. `streamer` gets generate()'s calls: put(prompt),
-    put(tokens) each step, end(). `trimmed` False keeps every step on model.forward (tests and
-    bench/decode.py compare the two)."""
+    put(tokens) each step, end(). `trimmed` False keeps every step on model.forward (the tests and
+    bench/grpo_rollout.py compare the two)."""
     from transformers import DynamicCache
 
     rows, prompt_len = input_ids.shape
