@@ -213,8 +213,9 @@ class Hardware:
     device: str = setting("auto", "Device", choices=("auto", "cuda", "mps", "cpu"), help=
         "auto picks CUDA, then Apple MPS, then the CPU; cuda:1 is the second GPU.")  # fmt: skip
     dtype: str = setting("auto", "Precision", choices=("auto", "bfloat16", "float16", "float32"), help=
-        "auto: bfloat16 where supported, float16 on older CUDA GPUs, float32 for the "
-        "trainable adapter on a CPU.")  # fmt: skip
+        "auto: bfloat16 where supported, float16 on older CUDA GPUs; on a CPU bfloat16 "
+        "for a model of 20M parameters or more when the CPU has bf16 instructions, else "
+        "float32. The trainable adapter is float32.")  # fmt: skip
     load_in_4bit: bool = setting(False, "Load in 4-bit", help=
         "QLoRA: keep the frozen base in 4-bit (bitsandbytes, CUDA only).")  # fmt: skip
     devices: int | str | None = setting(None, "Devices", help=

@@ -108,3 +108,40 @@ def test_the_summary_names_the_device_and_the_parts():
     text = est.summary()
     assert "available on cpu" in text
     assert all(part in text for part in ("runtime", "weights", "lora", "activations", "logits"))
+
+
+def test_the_cpu_has_bf16_when_its_flags_say_so(tmp_path: Path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n")
+    assert preflight.cpu_has_bf16(str(info))
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n")
+    assert not preflight.cpu_has_bf16(str(info))
+    info.write_text("flags\t\t: fpu amx_tile amx_bf16\n")
+    assert preflight.cpu_has_bf16(str(info))
+    assert not preflight.cpu_has_bf16(str(tmp_path / "no-such-file"))  # macOS, Windows
+
+
+def test_on_a_cpu_auto_keeps_a_large_models_weights_in_bf16_where_the_cpu_has_it(monkeypatch):
+    from_ = preflight.CPU_BFLOAT16_FROM
+    monkeypatch.setattr(preflight, "cpu_has_bf16", lambda: True)
+    assert preflight.cpu_weights_dtype(from_) == "bfloat16"
+    assert preflight.cpu_weights_dtype(from_ - 1) == "float32"
+    assert preflight.cpu_weights_dtype(None) == "float32"  # size not known
+    monkeypatch.setattr(preflight, "cpu_has_bf16", lambda: False)
+    assert preflight.cpu_weights_dtype(10 * from_) == "float32"
+
+
+@pytest.mark.parametrize("has_bf16", [True, False])
+def test_the_estimate_counts_the_weights_in_the_dtype_the_trainer_will_pick(monkeypatch, has_bf16):
+    monkeypatch.setattr(preflight, "cpu_has_bf16", lambda: has_bf16)
+    big = preflight.Shape(576, 1536, 30, 9, 3, 64, 49152, True)  # SmolLM2-135M
+    small = preflight.Shape.read(bundled_model_path())
+    assert small is not None and small.params() < preflight.CPU_BFLOAT16_FROM <= big.params()
+    settings = {**preflight._settings(spec(), None), "device": "cpu", "dtype": "auto"}
+    weights = preflight.parts_mib(big, settings)["weights"]
+    assert weights == pytest.approx(big.params() * (2 if has_bf16 else 4) / preflight.MIB)
+    assert preflight.parts_mib(small, settings)["weights"] == pytest.approx(
+        small.params() * 4 / preflight.MIB
+    )
+    explicit = preflight.parts_mib(big, {**settings, "dtype": "float32"})["weights"]
+    assert explicit == pytest.approx(big.params() * 4 / preflight.MIB)

@@ -112,7 +112,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         args = config.args
         settings = DpoArgs.from_dict(config.method_args)
         beta = settings.beta
-        placement = resolve_placement(config.hardware)
+        placement = resolve_placement(config.hardware, config.model.base)
         tokenizer = modeling.load_tokenizer(config.model)
         pairs = pref_data.read_pairs(run_dir, "train"), pref_data.read_pairs(run_dir, "eval")
         train = pref_data.encode_pairs(tokenizer, pairs[0], args.max_seq_len)

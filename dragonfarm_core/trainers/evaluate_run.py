@@ -40,7 +40,7 @@ def load_trained(run_dir: Path, config: TrainConfig) -> tuple[Any, Any]:
     from dragonfarm_core.trainers.placement import resolve_placement
 
     adapter = files.adapter_dir(run_dir)
-    placement = resolve_placement(config.hardware)
+    placement = resolve_placement(config.hardware, config.model.base)
     tokenizer = modeling.load_tokenizer(config.model)
     model = modeling.load_model(config.model, placement, config.hardware.load_in_4bit)
     model = PeftModel.from_pretrained(model, str(adapter))

@@ -211,7 +211,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
     run_dir = Path(run_dir)
     with reported_run(run_dir) as report:
         config = load_config(run_dir)
-        args, placement = config.args, resolve_placement(config.hardware)
+        args, placement = config.args, resolve_placement(config.hardware, config.model.base)
         method_args = dict(config.method_args)
         rewards = [Reward.from_dict(d, run_dir=run_dir) for d in method_args.pop("rewards")]
         names = reward_names(rewards)

@@ -117,7 +117,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         settings = pref_data.read_settings(config)
         beta = settings.beta
         score = functools.partial(orpo_score, beta=beta)
-        placement = resolve_placement(config.hardware)
+        placement = resolve_placement(config.hardware, config.model.base)
         tokenizer = modeling.load_tokenizer(config.model)
         pairs = pref_data.read_pairs(run_dir, "train"), pref_data.read_pairs(run_dir, "eval")
         train = pref_data.encode_pairs(tokenizer, pairs[0], args.max_seq_len)

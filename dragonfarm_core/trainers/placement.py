@@ -10,7 +10,14 @@ from dataclasses import dataclass
 
 import torch
 
+from dragonfarm_core.memory_estimate import Shape, cpu_weights_dtype
 from dragonfarm_core.settings import Hardware, SettingsError
+
+# oneDNN (torch's bf16 matmuls on a CPU) caches a kernel per matmul shape, 1,024 of them by
+# default. Capped at 16, a bf16 run on the bundled model peaked at 1,012 MiB instead of 1,394
+# (36 steps of bench/train_throughput.py; float32 923), 0.95-0.98x the tokens/s; on a 21M model
+# 1,537 MiB instead of 1,739 (float32 1,568) at 0.94x. Read when oneDNN first runs, so set here.
+ONEDNN_CACHE = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
 
 
 @dataclass(frozen=True)
@@ -41,12 +48,13 @@ def processes_note() -> str:
     return f", {process_count()} processes" if process_count() > 1 else ""
 
 
-def resolve_placement(hardware: Hardware) -> Placement:
+def resolve_placement(hardware: Hardware, base: str | os.PathLike[str] | None = None) -> Placement:
     """Turn `Hardware` into a device and the dtype of the frozen base weights.
 
     auto: CUDA, then Apple MPS, then CPU. dtype auto: bf16 where the device has it, fp16 on
-    CUDA GPUs without bf16, fp32 on a CPU (bf16 frozen weights ran 0.79x as fast there even on
-    a CPU with AMX, and used more memory: bench/train_throughput.py).
+    CUDA GPUs without bf16; on a CPU, bf16 for a model (`base`, the folder of its config.json)
+    of memory_estimate.CPU_BFLOAT16_FROM parameters or more when the CPU has bf16 instructions,
+    else float32 (the figures are at that constant).
     """
     cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
     name = hardware.device
@@ -76,11 +84,14 @@ def resolve_placement(hardware: Hardware) -> Placement:
             f"run trains on {name}; set load_in_4bit=False."
         )
     if hardware.dtype != "auto":
-        return Placement(torch.device(name), getattr(torch, hardware.dtype))
-    if name.startswith("cuda"):
+        dtype = getattr(torch, hardware.dtype)
+    elif name.startswith("cuda"):
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     elif name == "mps":
         dtype = torch.bfloat16
     else:
-        dtype = torch.float32
+        shape = Shape.read(base) if base is not None else None
+        dtype = getattr(torch, cpu_weights_dtype(shape.params() if shape else None))
+    if name == "cpu" and dtype == torch.bfloat16:
+        os.environ.setdefault(*ONEDNN_CACHE)
     return Placement(torch.device(name), dtype)

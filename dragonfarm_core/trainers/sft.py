@@ -73,7 +73,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
     with reported_run(run_dir) as report:
         config = load_config(run_dir)
         args = config.args
-        placement = resolve_placement(config.hardware)
+        placement = resolve_placement(config.hardware, config.model.base)
         tokenizer = modeling.load_tokenizer(config.model)
         data = sft_data.load(run_dir, tokenizer, args.max_seq_len)
 

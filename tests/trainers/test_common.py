@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import pytest
 import torch
 
+from dragonfarm_core import memory_estimate
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Hardware, SettingsError
 from dragonfarm_core.trainers import common, placement
@@ -18,6 +21,41 @@ def test_cpu_placement():
     assert auto.device.type == "cpu"
     assert auto.dtype == torch.float32
     assert placement.resolve_placement(Hardware(device="cpu", dtype="float32")).dtype_name == "float32"
+
+
+def write_shape(folder, hidden: int, layers: int, vocab: int):
+    folder.mkdir()
+    config = {"hidden_size": hidden, "intermediate_size": 3 * hidden, "num_hidden_layers": layers,
+              "num_attention_heads": hidden // 64, "vocab_size": vocab}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("has_bf16", [True, False])
+def test_on_a_cpu_a_large_model_trains_on_bf16_weights_where_the_cpu_has_it(
+    monkeypatch, tmp_path, has_bf16
+):
+    monkeypatch.setattr(memory_estimate, "cpu_has_bf16", lambda: has_bf16)
+    monkeypatch.setenv(placement.ONEDNN_CACHE[0], "")  # so that monkeypatch restores it
+    monkeypatch.delenv(placement.ONEDNN_CACHE[0])
+    large = write_shape(tmp_path / "large", 576, 30, 49152)  # 135M parameters
+    small = write_shape(tmp_path / "small", 256, 6, 4096)  # 5M
+    cpu = Hardware(device="cpu")
+    assert placement.resolve_placement(cpu, small).dtype == torch.float32
+    assert placement.resolve_placement(cpu, tmp_path).dtype == torch.float32  # no config.json
+    assert placement.ONEDNN_CACHE[0] not in os.environ
+    chosen = placement.resolve_placement(cpu, large).dtype
+    assert chosen == (torch.bfloat16 if has_bf16 else torch.float32)
+    # bf16 on a CPU caps oneDNN's kernel cache (its memory grew with every batch width).
+    assert (os.environ.get(placement.ONEDNN_CACHE[0]) == "16") == has_bf16
+    explicit = Hardware(device="cpu", dtype="float32")
+    assert placement.resolve_placement(explicit, large).dtype == torch.float32
+
+
+def test_a_users_own_onednn_cache_setting_is_kept(monkeypatch):
+    monkeypatch.setenv(placement.ONEDNN_CACHE[0], "256")
+    placement.resolve_placement(Hardware(device="cpu", dtype="bfloat16"))
+    assert os.environ[placement.ONEDNN_CACHE[0]] == "256"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
