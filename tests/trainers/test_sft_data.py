@@ -105,6 +105,34 @@ def test_encoding_is_the_same_as_transformers_own_call(
     assert (max_len == 40) == (got.truncated_rows > 0)
 
 
+# A template that reads the special tokens and transformers' raise_exception.
+BOS_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] not in ['system', 'user', 'assistant'] %}"
+    "{{ raise_exception('bad role') }}{% endif %}<|{{ m['role'] }}|>{{ m['content'] | trim }}"
+    "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+@pytest.mark.parametrize("which", ["tiny", "bundled", "bos"])
+def test_rows_render_as_apply_chat_template_renders_them(tokenizer, bundled_tokenizer, which):
+    tok = tokenizer if which == "tiny" else bundled_tokenizer
+    if which == "bos":
+        tok = AutoTokenizer.from_pretrained(tok.name_or_path)
+        tok.chat_template = BOS_TEMPLATE
+    conversations = varied_conversations(40)
+    # A message with another key goes through apply_chat_template itself.
+    named = [{"role": "user", "content": "hi", "name": "ann"}, {"role": "assistant", "content": "ok"}]
+    for rows in (conversations, [*conversations, named]):
+        prompts, fulls = sft_data.render(tok, rows)
+        assert prompts == tok.apply_chat_template(
+            [c[:-1] for c in rows], tokenize=False, add_generation_prompt=True
+        )
+        assert fulls == tok.apply_chat_template(rows, tokenize=False)
+    if which == "bos":
+        assert fulls[0].startswith(tok.bos_token)
+
+
 def test_metaspace_is_split_only_where_no_token_holds_the_replacement_inside(bundled_tokenizer):
     if BUNDLED.is_dir():  # the bundled tokenizer keeps a text whole: the rewrite applies
         backend, _ = sft_data.fast_backend(bundled_tokenizer)
