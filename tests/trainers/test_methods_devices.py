@@ -17,6 +17,7 @@ from test_dpo import pairs_dataset, write_run
 from test_grpo import _create
 from trainer_fixtures import curves, on_devices, wait_for
 
+from dragonfarm_core import training
 from dragonfarm_core.rewards import reward
 from dragonfarm_core.rundir import files, launch
 
@@ -110,3 +111,30 @@ def test_grpo_on_two_processes_samples_scores_and_learns_as_one_run(
     assert all(0 <= r["reward"] <= 1 and r["reward"] == r["reward_length"] for r in rows)
     assert rows[0]["kl"] == pytest.approx(0, abs=1e-6) and rows[-1]["kl"] > 1e-4  # it moved
     assert files.read_eval(run)["eval_prompts"] == 1 and len(files.read_samples(run)) == 1
+
+
+@pytest.mark.slow
+def test_a_grpo_run_on_two_processes_cancels_and_resumes_on_both(
+    tmp_path, model_dir, one_thread_each
+):
+    run = on_devices(_create(tmp_path, model_dir, [reward("length", max_chars=40)],
+                             learning_rate=1e-3, max_steps=8, save_steps=100), 2)  # fmt: skip
+    launch.start_run(run)
+    wait_for(run, until="step 3")
+    assert launch.cancel_run(run, timeout=120)["state"] == "cancelled"
+    [saved] = files.checkpoints(run)  # complete: each process's RNG state, then the marker
+    assert {"rng_state_0.pth", "rng_state_1.pth", files.CHECKPOINT_COMPLETE} <= {
+        p.name for p in saved.iterdir()
+    }
+    stopped = int(saved.name.removeprefix(files.CHECKPOINT_PREFIX))
+    assert 3 <= stopped < 8
+
+    training.resume(run)
+    status = wait_for(run)
+    assert status["state"] == "succeeded", files.read_log_tail(run, 40)
+    assert status["step"] == 8
+    steps = [r["step"] for r in files.read_progress(run) if r.get("loss") is not None]
+    assert steps == list(range(1, 9))  # no step twice, none missing across the resume
+    log = files.log_path(run).read_text()
+    assert f"Resuming from {saved.name} (step {stopped})." in log
+    assert log.count("Done: held-out reward") == 1
