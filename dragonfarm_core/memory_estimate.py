@@ -52,7 +52,8 @@ HEADROOM = 0.9  # a run fits when its estimate is at most this share of the devi
 # frozen weights in bfloat16. bench/train_throughput.py, ours, 2-core AVX512-BF16 VM, bf16 over
 # float32: 5.5M parameters (the bundled model) 1.04-1.18x tokens/s at 1.06-1.10x peak RSS;
 # 21M (hidden 256, 12 layers, 49k vocabulary) 1.14-1.31x at 0.98x; 38M (hidden 384) 1.28x at
-# 0.93x; 135M (SmolLM2's shape) 1.45x at 0.85x. Without those instructions bf16 is emulated.
+# 0.93x; 135M (SmolLM2's shape) 1.25-1.45x at 0.80-0.85x. Without those instructions bf16 is
+# emulated. (The bundled model's RSS figure is with placement.ONEDNN_CACHE; uncapped 1.51x.)
 CPU_BFLOAT16_FROM = 20_000_000
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 

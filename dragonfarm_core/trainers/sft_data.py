@@ -161,7 +161,8 @@ def render(
         )
         fulls = tokenizer.apply_chat_template(conversations, tokenize=False)
     else:
-        names = dict(tokenizer.special_tokens_map)
+        # As apply_chat_template passes them: tools and documents defined, as None.
+        names = {"tools": None, "documents": None, **tokenizer.special_tokens_map}
         prompts = [template.render(messages=c[:-1], add_generation_prompt=True, **names)
                    for c in conversations]  # fmt: skip
         fulls = [template.render(messages=c, add_generation_prompt=False, **names)

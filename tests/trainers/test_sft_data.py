@@ -105,9 +105,10 @@ def test_encoding_is_the_same_as_transformers_own_call(
     assert (max_len == 40) == (got.truncated_rows > 0)
 
 
-# A template that reads the special tokens and transformers' raise_exception.
+# A template that reads the special tokens, `tools` (None, not undefined) and transformers'
+# raise_exception.
 BOS_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}{% if m['role'] not in ['system', 'user', 'assistant'] %}"
+    "{{ bos_token }}{% if tools is not none %}TOOLS{% endif %}{% for m in messages %}{% if m['role'] not in ['system', 'user', 'assistant'] %}"
     "{{ raise_exception('bad role') }}{% endif %}<|{{ m['role'] }}|>{{ m['content'] | trim }}"
     "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
