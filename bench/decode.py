@@ -8,8 +8,10 @@ Decode speed of every generation path on the same model, prompts and GGUF, all i
 - ours: `worker_decode.decode`, the shared loop the worker and the trainers use (its trimmed
   step, worker_step, after the prompt), with its thread rule (`cpu_threads`), in float32 (the
   trainers' dtype on a CPU, and the worker's "auto" there below 50M parameters);
-- ours_float16: the same loop in float16 (the worker's "auto" on an AVX2/AVX-512 CPU from 50M
-  parameters, which merges a run's adapter at load);
+- ours_half: the same loop in the worker's half precision on this CPU (`cpu_half_dtype`):
+  bfloat16 with float16 copies for one-row steps (`add_row_copies`) on a CPU with bf16
+  instructions, float16 on others; the worker's "auto" on an AVX2/AVX-512 CPU from 50M
+  parameters, which merges a run's adapter at load;
 - llama.cpp: llama-server on the same weights as an f16 GGUF, 2 threads; batch 8 is 8
   requests at once on 8 slots.
 
@@ -107,16 +109,19 @@ def prompt_ids(folder: Path, texts: list[str]) -> list[list[int]]:
 
 
 def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> dict[str, float]:
-    """plain generate(), our decode loop in float32 and in float16, batch 1 (each
-    prompt) and `batch` (one batch)."""
+    """plain generate(), our decode loop in float32 and in the worker's half precision, batch
+    1 (each prompt) and `batch` (one batch)."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    from dragonfarm_core.inference.worker import cpu_half_dtype
     from dragonfarm_core.inference.worker_decode import Decoding, cpu_threads, decode
+    from dragonfarm_core.inference.worker_step import add_row_copies
     from dragonfarm_core.trainers.grpo_rollout import left_pad
 
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    half = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float16)
+    half = AutoModelForCausalLM.from_pretrained(folder, dtype=cpu_half_dtype())
+    add_row_copies(half)  # bfloat16 only
     pad = model.config.pad_token_id
 
     def plain(ids, mask):
@@ -133,7 +138,7 @@ def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> d
 
     results = {}
     for name, run in (("plain", plain), ("ours", loop(model)),
-                      ("ours_float16", loop(half.eval()))):  # fmt: skip
+                      ("ours_half", loop(half.eval()))):  # fmt: skip
         run(*left_pad(rows[:1], pad))  # warm
         for size in (1, batch):
             groups = [rows[i : i + 1] for i in range(len(rows))] if size == 1 else [
@@ -231,9 +236,7 @@ def main() -> None:
         for size in (1, args.batch):
             line[f"{key}_b{size}_ours_over_llama"] = r[f"ours_b{size}"] / r[f"llama_b{size}"]
             line[f"{key}_b{size}_plain_over_llama"] = r[f"plain_b{size}"] / r[f"llama_b{size}"]
-            line[f"{key}_b{size}_float16_over_llama"] = (
-                r[f"ours_float16_b{size}"] / r[f"llama_b{size}"]
-            )
+            line[f"{key}_b{size}_half_over_llama"] = r[f"ours_half_b{size}"] / r[f"llama_b{size}"]
     if "backends" in results:
         b = results["backends"]
         line["llamacpp_backend_over_server"] = (

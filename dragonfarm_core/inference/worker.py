@@ -16,12 +16,13 @@ lands in the log (stderr) instead of corrupting the protocol.
 
 The last two models stay loaded (least recently used goes first), so switching between a run
 and another, or between a run and its base, costs no reload. On a CPU "auto" loads a model
-of `worker_decode.HALF_PRECISION_FROM` parameters or more in float16 where torch has AVX2 or
-AVX-512 kernels (SmolLM2-135M's shape decodes one prompt 2.5-3.7 times as fast; figures in
-worker_decode) and a smaller one, such as the bundled model, in float32. In float32 the base is
-the run's model with its adapter disabled in place; in float16 on a CPU the run's adapter is
-merged into its weights at load and the base is held as a model of its own (see
-`Models.merges_at_load`).
+of `worker_decode.HALF_PRECISION_FROM` parameters or more in half precision where torch has
+AVX2 or AVX-512 kernels, and a smaller one, such as the bundled model, in float32: on a CPU
+with bf16 instructions in bfloat16 with float16 copies of its matrices for one-row steps
+(`worker_step.add_row_copies`: chat reads float16, the prompt and batches bfloat16), elsewhere
+in float16 (figures in worker_decode). In float32 the base is the run's model with its adapter
+disabled in place; in half precision on a CPU the run's adapter is merged into its weights at
+load and the base is held as a model of its own (see `Models.merges_at_load`).
 """
 
 from __future__ import annotations
@@ -91,12 +92,27 @@ def cpu_half_from(device: str, dtype: str) -> int | None:
     return HALF_PRECISION_FROM
 
 
+def cpu_half_dtype() -> Any:
+    """The half precision `cpu_half_from`'s models load in: bfloat16 (with float16 copies for
+    one-row steps) on a CPU with bf16 instructions, float16 on others (worker_decode)."""
+    import torch
+
+    from dragonfarm_core.memory_estimate import cpu_has_bf16
+
+    return torch.bfloat16 if cpu_has_bf16() else torch.float16
+
+
 class Models:
     """The loaded models, least recently used first; at most HELD_MODELS of them."""
 
-    def __init__(self, device: str, dtype: Any, half_from: int | None = None) -> None:
+    def __init__(
+        self, device: str, dtype: Any, half_from: int | None = None, half_dtype: Any = None
+    ) -> None:
+        import torch
+
         self.device, self.dtype = device, dtype
-        self.half_from = half_from  # models this large load in float16 (cpu_half_from)
+        self.half_from = half_from  # models this large load in half precision (cpu_half_from)
+        self.half_dtype = half_dtype or torch.float16  # which (cpu_half_dtype)
         self.sizes: dict[str, int | None] = {}  # parameters of each base, from its config
         self.held: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
         self.loads = 0
@@ -133,7 +149,7 @@ class Models:
         if self.key(spec) in self.full_precision:
             return torch.float32
         if self.half_from is not None and (self.size(spec["base"]) or 0) >= self.half_from:
-            return torch.float16
+            return self.half_dtype
         return self.dtype
 
     def size(self, base: str) -> int | None:
@@ -202,6 +218,10 @@ class Models:
             if self.merges_at_load(spec):
                 model = model.merge_and_unload()
         model.to(self.device).eval()
+        if self.half_from is not None and dtype == torch.bfloat16:
+            from dragonfarm_core.inference.worker_step import add_row_copies
+
+            add_row_copies(model)  # chosen by "auto": float16 for one row, bfloat16 for more
         return model, tokenizer
 
     def free(self) -> None:
@@ -216,7 +236,8 @@ class Models:
             "pid": os.getpid(),
             "device": self.device,
             "dtype": str(self.dtype),
-            "float16_from_parameters": self.half_from,
+            "float16_from_parameters": self.half_from,  # the name older clients read
+            "half_precision": str(self.half_dtype),
             "loaded": [{"base": b, "adapters": list(a), "adapter": ad} for b, a, ad in self.held],
             "loads": self.loads,
         }
@@ -410,7 +431,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     channel = Channel()
     device, dtype = pick_device(args.device, args.dtype)
-    models = Models(device, dtype, cpu_half_from(device, args.dtype))
+    models = Models(device, dtype, cpu_half_from(device, args.dtype), cpu_half_dtype())
     channel.send({"event": "ready", **models.status()})
     serve(channel, models)
 

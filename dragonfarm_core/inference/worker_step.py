@@ -17,6 +17,15 @@ one thread 196-203 -> 234-240 in float32 and 238-291 -> 447-495 in float16 (wher
 attends in float32); the SmolLM2-135M shape in float16 on two threads 36.2 -> 42.3-46.4 (its
 time is in the matrix products).
 
+A bfloat16 model on a CPU can also carry float16 copies of its matrices (`add_row_copies`, the
+worker's "auto" for larger models on a CPU with bf16 instructions): a step of one row (chat)
+then reads those, a batch and the prompt the model's own bfloat16 weights. One row reads each
+weight once a token (a matrix-vector product), and torch's float16 kernel for that moved the
+weights at 28 GB/s where bfloat16's moved them at 12 (the SmolLM2-135M shape's matrices, 2
+threads, beyond the cache); more rows (a matrix product) are the other way round: float16's
+[8 x 576] @ [576 x 1536] took 393 us, bfloat16's 98, float32's 183, and a 40-token prompt
+through the 135M shape took 248 ms in float16. The figures of the pair are in worker_decode.
+
 Architectures it does not know (another model_type, sliding-window attention, a norm or
 activation of another kind) get None, and the loop keeps calling `model.forward`.
 
@@ -40,6 +49,9 @@ FAMILIES = {"llama", "qwen2"}
 NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm"}
 
 
+# The attribute of a transformers model that holds its float16 copies for one-row steps.
+ROW_COPIES = "_dragonfarm_row_copies"
+
 Lora = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None", float]  # A, B, B's bias, scale
 
 
@@ -60,16 +72,24 @@ class Projection:
     module: nn.Module | None = None
 
     @classmethod
-    def of(cls, module: Any) -> Projection:
+    def of(cls, module: Any, copies: dict[Any, torch.Tensor] | None = None) -> Projection:
+        """`module` as the step computes it; `copies` maps a weight to the copy read instead
+        (add_row_copies), its bias cast to the copy's dtype."""
+
+        def read(linear: nn.Linear, loras: tuple[Lora, ...] = ()) -> Projection:
+            weight = (copies or {}).get(linear.weight, linear.weight)
+            bias = None if linear.bias is None else linear.bias.to(weight.dtype)
+            return cls(weight, bias, loras)
+
         if type(module) is nn.Linear:
-            return cls(module.weight, module.bias)
+            return read(module)
         base = getattr(module, "base_layer", None)
         if type(base) is not nn.Linear or not hasattr(module, "lora_A"):
             return cls(None, module=module)
         if module.disable_adapters:
-            return cls(None, module=module) if module.merged else cls(base.weight, base.bias)
+            return cls(None, module=module) if module.merged else read(base)
         if module.merged:
-            return cls(base.weight, base.bias)
+            return read(base)
         loras = []
         for name in module.active_adapters:
             if name not in module.lora_A:
@@ -84,7 +104,7 @@ class Projection:
             ):
                 return cls(None, module=module)
             loras.append((a.weight, b.weight, b.bias, module.scaling[name]))
-        return cls(base.weight, base.bias, tuple(loras))
+        return read(base, tuple(loras))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.module is not None:
@@ -99,8 +119,19 @@ class Projection:
         return out.to(dtype)
 
 
-def _norm(module: Any, x: torch.Tensor) -> torch.Tensor:
-    return F.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
+@dataclass(frozen=True)
+class Norm:
+    """An RMSNorm's weight (in the step's dtype) and epsilon, applied as one fused op."""
+
+    weight: torch.Tensor
+    eps: float
+
+    @classmethod
+    def of(cls, module: Any, dtype: torch.dtype) -> Norm:
+        return cls(module.weight.to(dtype), module.variance_epsilon)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
 def base_model(model: Any) -> Any:
@@ -108,6 +139,37 @@ def base_model(model: Any) -> Any:
     model = getattr(model, "module", model)  # DistributedDataParallel
     get_base = getattr(model, "get_base_model", None)
     return get_base() if callable(get_base) else model
+
+
+def linear_layers(model: Any) -> list[Any]:
+    """The modules the step reads as projections: each layer's q, k, v, o, gate, up and down,
+    then the LM head (in that order)."""
+    return [
+        m
+        for layer in model.model.layers
+        for m in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
+                  layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj,
+                  layer.mlp.down_proj)
+    ] + [model.lm_head]  # fmt: skip
+
+
+def add_row_copies(model: Any) -> int:
+    """Give a bfloat16 `model` on a CPU float16 copies of its projection weights and LM head,
+    read by one-row steps (see the module's docstring); returns the bytes they take (0 when the
+    model is not such a model or of a shape the step knows). The weights must not change
+    afterwards (the worker merges a run's adapter before this); an adapter left unmerged keeps
+    working, its own small matrices read as they are."""
+    inner = base_model(model)
+    first = next(inner.parameters())
+    if first.device.type != "cpu" or first.dtype != torch.bfloat16 or not supported(inner):
+        return 0
+    copies: dict[Any, torch.Tensor] = {}
+    for module in linear_layers(inner):
+        linear = getattr(module, "base_layer", module)
+        if isinstance(linear, nn.Linear) and linear.weight not in copies:
+            copies[linear.weight] = linear.weight.detach().to(torch.float16)
+    setattr(inner, ROW_COPIES, copies)
+    return sum(c.numel() * c.element_size() for c in copies.values())
 
 
 def supported(model: Any) -> bool:
@@ -136,6 +198,9 @@ class DecodeStep:
     values: list[torch.Tensor]
     layers: list[tuple[Projection, ...]]  # per layer q, k, v, o, gate, up, down
     head: Projection
+    norms: list[tuple[Norm, Norm]]  # per layer before attention, before the MLP
+    final_norm: Norm
+    dtype: torch.dtype  # of the hidden states: the model's, or its row copies' for one row
 
     @classmethod
     def build(cls, model: Any, cache: Any, filled: int, total_len: int) -> DecodeStep | None:
@@ -160,15 +225,21 @@ class DecodeStep:
                 buffer = filled_part.new_empty(rows, kv_heads, total_len, head_dim, dtype=dtype)
                 buffer[:, :, :filled] = filled_part
                 out.append(buffer)
-        layers = [
-            tuple(Projection.of(m) for m in (layer.self_attn.q_proj, layer.self_attn.k_proj,
-                                             layer.self_attn.v_proj, layer.self_attn.o_proj,
-                                             layer.mlp.gate_proj, layer.mlp.up_proj,
-                                             layer.mlp.down_proj))
-            for layer in model.model.layers
-        ]  # fmt: skip
-        head = Projection.of(model.lm_head)
-        return cls(model, heads, kv_heads, head_dim, keys, values, layers, head)
+        # One row reads the float16 copies where the model has them (add_row_copies), unless
+        # a layer is called as a module (its own weights' dtype).
+        inner = model.model
+        copies = getattr(model, ROW_COPIES, None) if keys[0].shape[0] == 1 else None
+        projections = [Projection.of(m, copies) for m in linear_layers(model)]
+        if copies and any(p.module is not None for p in projections):
+            copies, projections = None, [Projection.of(m) for m in linear_layers(model)]
+        layers = [tuple(projections[i : i + 7]) for i in range(0, len(projections) - 1, 7)]
+        dtype = torch.float16 if copies else inner.embed_tokens.weight.dtype
+        norms = [
+            (Norm.of(layer.input_layernorm, dtype), Norm.of(layer.post_attention_layernorm, dtype))
+            for layer in inner.layers
+        ]
+        return cls(model, heads, kv_heads, head_dim, keys, values, layers, projections[-1],
+                   norms, Norm.of(inner.norm, dtype), dtype)  # fmt: skip
 
     def __call__(
         self, tokens: torch.Tensor, positions: torch.Tensor, slot: int, mask: torch.Tensor
@@ -178,7 +249,7 @@ class DecodeStep:
         inner = self.model.model
         heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
         rows, length = tokens.shape[0], slot + 1
-        x = inner.embed_tokens(tokens)  # [rows, 1, hidden]
+        x = inner.embed_tokens(tokens).to(self.dtype)  # [rows, 1, hidden]
         dtype = self.keys[0].dtype  # of the rotation and attention
         cos, sin = inner.rotary_emb(x.to(dtype), positions)  # [rows, 1, dim]
         # transformers' x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]: the sign
@@ -187,9 +258,10 @@ class DecodeStep:
         sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
         cos, sin = cos[:, None], sin[:, None]  # [rows, 1, 1, dim]: over heads
         visible = mask[:, None, None, :length].bool()
-        for i, layer in enumerate(inner.layers):
+        for i in range(len(self.layers)):
             q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj = self.layers[i]
-            h = _norm(layer.input_layernorm, x)
+            attention_norm, mlp_norm = self.norms[i]
+            h = attention_norm(x)
             q = q_proj(h).view(rows, 1, heads, dim).transpose(1, 2)
             k = k_proj(h).view(rows, 1, kv_heads, dim).transpose(1, 2)
             v = v_proj(h).view(rows, 1, kv_heads, dim).transpose(1, 2)
@@ -206,6 +278,6 @@ class DecodeStep:
             )
             out = out.transpose(1, 2).reshape(rows, 1, heads * dim).to(x.dtype)
             x = x + o_proj(out)
-            h = _norm(layer.post_attention_layernorm, x)
+            h = mlp_norm(x)
             x = x + down_proj(F.silu(gate_proj(h)) * up_proj(h))
-        return self.head(_norm(inner.norm, x))[:, -1, :]
+        return self.head(self.final_norm(x))[:, -1, :]

@@ -9,10 +9,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dragonfarm_core.inference import worker  # noqa: E402
+from dragonfarm_core.inference import worker, worker_step  # noqa: E402
 from dragonfarm_core.inference.protocol import Sampling  # noqa: E402
 from dragonfarm_core.inference.target import resolve_target  # noqa: E402
 from dragonfarm_core.inference.worker_decode import NonFiniteLogits, decode  # noqa: E402
+from dragonfarm_core.memory_estimate import Shape  # noqa: E402
 
 
 class Sink:
@@ -44,11 +45,24 @@ def test_auto_on_a_cpu_is_float16_from_the_size_where_it_pays(monkeypatch):
     assert worker.cpu_half_from("cpu", "auto") is None
 
 
+def test_the_half_precision_is_bfloat16_with_row_copies_where_the_cpu_has_bf16(
+    monkeypatch, tmp_path
+):
+    """With bf16 instructions the prompt and batches run in bfloat16 and one row reads float16
+    copies (worker_step.add_row_copies); without them float16 does both."""
+    from dragonfarm_core import memory_estimate
+
+    real = memory_estimate.cpu_has_bf16
+    for flags, want in (("avx512f avx512_bf16", torch.bfloat16), ("avx512f", torch.float16)):
+        cpuinfo = tmp_path / "cpuinfo"
+        cpuinfo.write_text(f"flags\t\t: fpu {flags}\n")
+        monkeypatch.setattr(memory_estimate, "cpu_has_bf16", lambda: real(str(cpuinfo)))
+        assert worker.cpu_half_dtype() == want
+
+
 def test_a_model_from_the_size_loads_in_float16_merged_and_a_smaller_one_in_float32(
     tiny_run, tiny_model
 ):
-    from dragonfarm_core.memory_estimate import Shape
-
     spec = resolve_target(str(tiny_run)).spec.as_dict()
     size = Shape.read(spec["base"]).params()
     small = worker.Models("cpu", torch.float32, half_from=size + 1)
@@ -58,7 +72,33 @@ def test_a_model_from_the_size_loads_in_float16_merged_and_a_smaller_one_in_floa
     worker.generate(large, request(spec), Sink())
     model = next(iter(large.held.values()))[0]
     assert next(model.parameters()).dtype == torch.float16
+    assert not hasattr(model, worker_step.ROW_COPIES)
     assert large.status()["float16_from_parameters"] == size
+
+
+def test_in_bfloat16_the_merged_run_gets_float16_copies_and_answers_as_in_float32(
+    tiny_run, tiny_model
+):
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    spec = resolve_target(str(tiny_run)).spec.as_dict()
+    size = Shape.read(spec["base"]).params()
+    half = worker.Models("cpu", torch.float32, half_from=size, half_dtype=torch.bfloat16)
+    assert half.dtype_for(spec) == torch.bfloat16 and half.merges_at_load(spec)
+    assert half.status()["half_precision"] == "torch.bfloat16"
+    tuned = worker.generate(half, request(spec), Sink())
+    model = next(iter(half.held.values()))[0]
+    assert not any(isinstance(m, BaseTunerLayer) for m in model.modules())
+    assert next(model.parameters()).dtype == torch.bfloat16
+    copies = getattr(model, worker_step.ROW_COPIES)
+    assert len(copies) == 7 * model.config.num_hidden_layers + 1  # the head: its own weight
+    assert {c.dtype for c in copies.values()} == {torch.float16}
+    full = worker.Models("cpu", torch.float32)
+    assert worker.generate(full, request(spec), Sink()) == tuned
+    # An explicit bfloat16 gets no copies: only auto's choice doubles the half weights.
+    plain = worker.Models("cpu", torch.bfloat16)
+    worker.generate(plain, request(spec), Sink())
+    assert not hasattr(next(iter(plain.held.values()))[0], worker_step.ROW_COPIES)
 
 
 def test_half_precision_merges_the_run_and_holds_its_base_apart(tiny_run, tiny_model):

@@ -182,3 +182,44 @@ def test_trimmed_off_keeps_model_forward(monkeypatch):
     calls = counting(monkeypatch)
     assert torch.equal(ours(model, ids, mask, 16, trimmed=False), ours(model, ids, mask, 16))
     assert len(calls) == 15  # only the trimmed call went through the step
+
+
+@pytest.mark.parametrize("make", [qwen2, llama3_scaled], ids=["qwen2", "llama3-rope-scaling"])
+def test_a_bfloat16_model_steps_one_row_on_its_float16_copies(make):
+    """add_row_copies: one row's step reads float16 copies of the matrices, a batch the model's
+    bfloat16 weights; both give the logits of the same weights in float32 to half precision."""
+    from transformers import DynamicCache
+
+    model = make().to(torch.bfloat16)
+    reference = make()
+    reference.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+    assert worker_step.add_row_copies(model) > 0
+    copies = getattr(model, worker_step.ROW_COPIES)
+    ids, mask = padded_batch()
+    for rows in (ids[:1], ids):
+        n = rows.shape[0]
+        cache = DynamicCache(config=model.config)
+        with torch.no_grad():
+            model(input_ids=rows, attention_mask=mask[:n], cache=cache, use_cache=True)
+            step = DecodeStep.build(model, cache, ids.shape[1], ids.shape[1] + 1)
+            assert step is not None
+            heads = step.head.weight
+            assert (step.dtype, heads.dtype) == ((torch.float16,) * 2 if n == 1 else
+                                                  (torch.bfloat16,) * 2)  # fmt: skip
+            assert (heads is copies[model.lm_head.weight]) == (n == 1)
+            token = torch.full((n, 1), 7)
+            full = torch.cat([mask[:n], torch.ones(n, 1, dtype=mask.dtype)], dim=1)
+            pos = (full.cumsum(-1) - 1)[:, -1:]
+            got = step(token, pos, ids.shape[1], full)
+            positions = (full.cumsum(-1) - 1).masked_fill(full == 0, 1)
+            want = reference(input_ids=torch.cat([rows, token], dim=1), attention_mask=full,
+                             position_ids=positions).logits[:, -1]  # fmt: skip
+        # The logits are about 0.1 here: float16 copies came within 1e-4, bfloat16 within 1e-3.
+        torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=3e-3)
+
+
+def test_row_copies_are_only_for_a_bfloat16_model_on_a_cpu():
+    assert worker_step.add_row_copies(qwen2()) == 0  # float32
+    assert worker_step.add_row_copies(qwen2().to(torch.float16)) == 0
+    model = built(Qwen3ForCausalLM, Qwen3Config(**SHAPE)).to(torch.bfloat16)
+    assert worker_step.add_row_copies(model) == 0  # a shape the step does not know
