@@ -56,7 +56,7 @@ def test_the_half_precision_is_bfloat16_with_row_copies_where_the_cpu_has_bf16(
     for flags, want in (("avx512f avx512_bf16", torch.bfloat16), ("avx512f", torch.float16)):
         cpuinfo = tmp_path / "cpuinfo"
         cpuinfo.write_text(f"flags\t\t: fpu {flags}\n")
-        monkeypatch.setattr(memory_estimate, "cpu_has_bf16", lambda: real(str(cpuinfo)))
+        monkeypatch.setattr(memory_estimate, "cpu_has_bf16", lambda path=str(cpuinfo): real(path))
         assert worker.cpu_half_dtype() == want
 
 
