@@ -91,8 +91,12 @@ def test_in_bfloat16_the_merged_run_gets_float16_copies_and_answers_as_in_float3
     assert not any(isinstance(m, BaseTunerLayer) for m in model.modules())
     assert next(model.parameters()).dtype == torch.bfloat16
     copies = getattr(model, worker_step.ROW_COPIES)
-    assert len(copies) == 7 * model.config.num_hidden_layers + 1  # the head: its own weight
-    assert {c.dtype for c in copies.values()} == {torch.float16}
+    layers = model.config.num_hidden_layers
+    assert len(copies.single) == 2 * layers + 1  # o and down of each layer, and the head
+    stacked = [s for pair in copies.stacked for s in pair]
+    assert len(stacked) == 2 * layers and None not in stacked  # q/k/v and gate/up
+    tensors = list(copies.single.values()) + [s.weight for s in stacked]
+    assert {c.dtype for c in tensors} == {torch.float16}
     full = worker.Models("cpu", torch.float32)
     assert worker.generate(full, request(spec), Sink()) == tuned
     # An explicit bfloat16 gets no copies: only auto's choice doubles the half weights.

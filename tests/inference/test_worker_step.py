@@ -206,7 +206,9 @@ def test_a_bfloat16_model_steps_one_row_on_its_float16_copies(make):
             heads = step.head.weight
             assert (step.dtype, heads.dtype) == ((torch.float16,) * 2 if n == 1 else
                                                   (torch.bfloat16,) * 2)  # fmt: skip
-            assert (heads is copies[model.lm_head.weight]) == (n == 1)
+            assert (heads is copies.single[model.lm_head.weight]) == (n == 1)
+            qkv = step.layers[0][0]
+            assert len(qkv.parts) == (1 if n == 1 else 3)  # one row: q, k, v stacked
             token = torch.full((n, 1), 7)
             full = torch.cat([mask[:n], torch.ones(n, 1, dtype=mask.dtype)], dim=1)
             pos = (full.cumsum(-1) - 1)[:, -1:]
