@@ -52,8 +52,17 @@ ONE_THREAD_BELOW = 50_000_000
 # SmolLM2-135M shape 14.6-15.2 against 36.4-54.8 at batch 1 and 57-82 against 67-79 at batch
 # 8; the bundled model (6M) 183-219 against 450-461 at batch 1 but 823-1,153 against 648-803 at
 # batch 8 (its time is in per-op overhead, and float16's elementwise ops and batched products
-# are slower). So the worker's "auto" on such a CPU is float16 from HALF_PRECISION_FROM
+# are slower). So the worker's "auto" on such a CPU is half precision from HALF_PRECISION_FROM
 # parameters, float32 below.
+# Which half precision: float16's kernel is fast only for one row. With more rows (a batch, the
+# prompt) it runs row by row: [8 x 576] @ [576 x 1536] took 393 us in float16, 183 in float32,
+# 98 in bfloat16 on a CPU with bf16 instructions (AVX512-BF16), and a 40-token prompt through
+# the 135M shape 248 ms in float16. So on such a CPU the model is held in bfloat16 (the prompt
+# and batches) with float16 copies of its matrices for one-row steps (worker_step's
+# add_row_copies; two half copies take what one float32 copy takes). The 135M shape, same
+# session (2026-12-05), tokens/s at batch 1 and 8: float32 20 and 90, float16 58 and 92,
+# bfloat16 31 and 183, bfloat16 with the float16 copies 68 and 171-180; the bundled model
+# (which stays float32) 286/1,317 float32 against 585-630/2,006 with the copies on 2 threads.
 # With a merged LoRA adapter the 135M shape ran 24.7 against 12.8, unmerged only 17.8 (see
 # worker.Models.merges_at_load). bfloat16 was slower than float16 on both models, and with
 # torch held to no SIMD kernels (ATEN_CPU_CAPABILITY=default) float16 ran at half float32's
