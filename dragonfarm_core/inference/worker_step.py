@@ -132,6 +132,12 @@ class Joined:
             return self.parts[0](x).split(self.sizes, dim=-1)
         return tuple(p(x) for p in self.parts)
 
+    def side_by_side(self, x: torch.Tensor) -> torch.Tensor:
+        """The parts' outputs concatenated on the last dimension."""
+        if self.sizes:
+            return self.parts[0](x)
+        return torch.cat([p(x) for p in self.parts], dim=-1)
+
 
 @dataclass(frozen=True)
 class Norm:
@@ -338,31 +344,35 @@ class DecodeStep:
         dtype = self.keys[0].dtype  # of the rotation and attention
         cos, sin = inner.rotary_emb(x.to(dtype), positions)  # [rows, 1, dim]
         # transformers' x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]: the sign
-        # goes into sin once a token, [x2, x1] is a roll (4 ops a layer instead of 7).
+        # goes into sin once a token, [x2, x1] is a roll (4 ops a layer instead of 7). q, k
+        # and v go through it together, v's heads with cos 1 and sin 0 (left as they are):
+        # one token's q/k/v output [rows, 1, heads * dim] is already [rows, heads, 1, dim] in
+        # memory, so no split, transposes or concatenation of q and k (an op costs a few
+        # microseconds whatever its size: the bundled model's one-row step 1.54 -> 1.48 ms,
+        # the 135M shape's 14.2 -> 14.1, medians of six turns in one process).
         half = dim // 2
-        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-        cos, sin = cos[:, None], sin[:, None]  # [rows, 1, 1, dim]: over heads
+        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, None]
+        rotated = (rows, heads + kv_heads, 1, dim)
+        kept = (rows, kv_heads, 1, dim)
+        cos = torch.cat((cos[:, None].expand(rotated), cos.new_ones(kept)), dim=1)
+        sin = torch.cat((sin.expand(rotated), sin.new_zeros(kept)), dim=1)
         visible = mask[:, None, None, :length].bool()
+        qkv_shape = (rows, heads + 2 * kv_heads, 1, dim)
         for i in range(len(self.layers)):
             qkv_proj, o_proj, gate_up_proj, down_proj = self.layers[i]
             attention_norm, mlp_norm = self.norms[i]
-            q, k, v = qkv_proj(attention_norm(x))
-            q = q.view(rows, 1, heads, dim).transpose(1, 2)
-            k = k.view(rows, 1, kv_heads, dim).transpose(1, 2)
-            v = v.view(rows, 1, kv_heads, dim).transpose(1, 2)
-            qk = torch.cat((q, k), dim=1).to(dtype)  # q and k rotated together
-            qk = qk * cos + qk.roll(half, dims=-1) * sin
-            self.keys[i][:, :, slot : slot + 1] = qk[:, heads:]
-            self.values[i][:, :, slot : slot + 1] = v
+            qkv = qkv_proj.side_by_side(attention_norm(x)).view(qkv_shape).to(dtype)
+            qkv = qkv * cos + qkv.roll(half, dims=-1) * sin
+            self.keys[i][:, :, slot : slot + 1] = qkv[:, heads : heads + kv_heads]
+            self.values[i][:, :, slot : slot + 1] = qkv[:, heads + kv_heads :]
             out = F.scaled_dot_product_attention(
-                qk[:, :heads],
+                qkv[:, :heads],
                 self.keys[i][:, :, :length],
                 self.values[i][:, :, :length],
                 attn_mask=visible,
                 enable_gqa=heads != kv_heads,
             )
-            out = out.transpose(1, 2).reshape(rows, 1, heads * dim).to(x.dtype)
-            x = x + o_proj(out)
+            x = x + o_proj(out.reshape(rows, 1, heads * dim).to(x.dtype))
             gate, up = gate_up_proj(mlp_norm(x))
             x = x + down_proj(F.silu(gate) * up)
         return self.head(self.final_norm(x))[:, -1, :]
