@@ -32,8 +32,8 @@ from dragonfarm_core.chat_template import stop_ids
 from dragonfarm_core.reinforcement import ReinforceArgs
 from dragonfarm_core.rewards import Reward, RewardErrors, reward_names
 from dragonfarm_core.rundir import files
+from dragonfarm_core.trainers import allocator, lifecycle, modeling, trl_run
 from dragonfarm_core.trainers import grpo_rollout as rl
-from dragonfarm_core.trainers import lifecycle, modeling, trl_run
 from dragonfarm_core.trainers.common import reported_run
 from dragonfarm_core.trainers.config import load_config
 from dragonfarm_core.trainers.placement import processes_note, resolve_placement
@@ -209,6 +209,8 @@ def main(run_dir: str | os.PathLike[str]) -> str:
     propagates. A complete checkpoint in the run directory is resumed from.
     """
     run_dir = Path(run_dir)
+    # Each step's tensors reuse the pages of the step before (1.2-1.3x a step on a CPU).
+    allocator.keep_freed_memory()
     with reported_run(run_dir) as report:
         config = load_config(run_dir)
         args, placement = config.args, resolve_placement(config.hardware, config.model.base)
