@@ -39,6 +39,8 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import IO, Any
 
+import psutil
+
 BATCH_SIZE = 16
 HELD_MODELS = 2
 HEARTBEAT_S = 1.0
@@ -221,7 +223,9 @@ class Models:
         if self.half_from is not None and dtype == torch.bfloat16:
             from dragonfarm_core.inference.worker_step import add_row_copies
 
-            add_row_copies(model)  # chosen by "auto": float16 for one row, bfloat16 for more
+            # Chosen by "auto": float16 for one row, bfloat16 for more. The copies take what
+            # the model takes; they are left out when they would fill half the free memory.
+            add_row_copies(model, limit_bytes=psutil.virtual_memory().available // 2)
         return model, tokenizer
 
     def free(self) -> None:

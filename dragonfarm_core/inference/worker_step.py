@@ -225,15 +225,19 @@ def mlp_inputs(layer: Any) -> tuple[Any, ...]:
     return (layer.mlp.gate_proj, layer.mlp.up_proj)
 
 
-def add_row_copies(model: Any) -> int:
+def add_row_copies(model: Any, limit_bytes: int | None = None) -> int:
     """Give a bfloat16 `model` on a CPU float16 copies of its projection weights and LM head,
     read by one-row steps (see the module's docstring), q/k/v and gate/up stacked; returns the
-    bytes they take (0 when the model is not such a model or of a shape the step knows). The
-    weights must not change afterwards (the worker merges a run's adapter before this); an
-    adapter left unmerged keeps working, its own small matrices read as they are."""
+    bytes they take (0 when the model is not such a model or of a shape the step knows, or the
+    copies would take more than `limit_bytes`). The weights must not change afterwards (the
+    worker merges a run's adapter before this); an adapter left unmerged keeps working, its own
+    small matrices read as they are."""
     inner = base_model(model)
     first = next(inner.parameters())
     if first.device.type != "cpu" or first.dtype != torch.bfloat16 or not supported(inner):
+        return 0
+    weights = {getattr(m, "base_layer", m).weight for m in linear_layers(inner)}
+    if limit_bytes is not None and 2 * sum(w.numel() for w in weights) > limit_bytes:
         return 0
     stacked = [
         (Stacked.of(attention_inputs(layer)), Stacked.of(mlp_inputs(layer)))

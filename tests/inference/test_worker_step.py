@@ -220,7 +220,11 @@ def test_a_bfloat16_model_steps_one_row_on_its_float16_copies(make):
         torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=3e-3)
 
 
-def test_row_copies_are_only_for_a_bfloat16_model_on_a_cpu():
+def test_row_copies_are_only_for_a_bfloat16_model_on_a_cpu_and_within_the_limit():
+    model = qwen2().to(torch.bfloat16)
+    assert worker_step.add_row_copies(model, limit_bytes=1000) == 0  # the worker: free memory
+    assert not hasattr(model, worker_step.ROW_COPIES)
+    assert worker_step.add_row_copies(model, limit_bytes=10**9) > 0
     assert worker_step.add_row_copies(qwen2()) == 0  # float32
     assert worker_step.add_row_copies(qwen2().to(torch.float16)) == 0
     model = built(Qwen3ForCausalLM, Qwen3Config(**SHAPE)).to(torch.bfloat16)
