@@ -236,7 +236,9 @@ def add_row_copies(model: Any, limit_bytes: int | None = None) -> int:
     first = next(inner.parameters())
     if first.device.type != "cpu" or first.dtype != torch.bfloat16 or not supported(inner):
         return 0
-    weights = {getattr(m, "base_layer", m).weight for m in linear_layers(inner)}
+    linears = [getattr(m, "base_layer", m) for m in linear_layers(inner)]
+    # Each weight once (a tied LM head is the embedding's).
+    weights = list(dict.fromkeys(lin.weight for lin in linears if isinstance(lin, nn.Linear)))
     if limit_bytes is not None and 2 * sum(w.numel() for w in weights) > limit_bytes:
         return 0
     stacked = [
@@ -244,11 +246,7 @@ def add_row_copies(model: Any, limit_bytes: int | None = None) -> int:
         for layer in inner.model.layers
     ]
     covered = {w for pair in stacked for s in pair if s is not None for w in s.sources}
-    single: dict[Any, torch.Tensor] = {}
-    for module in linear_layers(inner):
-        linear = getattr(module, "base_layer", module)
-        if isinstance(linear, nn.Linear) and linear.weight not in covered | single.keys():
-            single[linear.weight] = linear.weight.detach().to(torch.float16)
+    single = {w: w.detach().to(torch.float16) for w in weights if w not in covered}
     copies = RowCopies(single, stacked)
     setattr(inner, ROW_COPIES, copies)
     return copies.nbytes()
