@@ -44,7 +44,7 @@ def process_count() -> int:
 
 
 def processes_note() -> str:
-    """", 2 processes" in a run of several processes, for the run's first line; else ""."""
+    """ ", 2 processes" in a run of several processes, for the run's first line; else ""."""
     return f", {process_count()} processes" if process_count() > 1 else ""
 
 

@@ -285,4 +285,3 @@ def run_callback(run_dir: Path, report: RunReporter, config: TrainConfig, held_o
 
     evaluate = held_out_scores if len(held_out) else None
     return trl_run.RunCallback(run_dir, report, config, evaluate, PREF_COLUMNS, training_columns)
-

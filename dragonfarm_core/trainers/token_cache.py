@@ -16,9 +16,12 @@ leaves no half file under the key's name; only the newest file per split is kept
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import os
 import time
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -102,6 +105,24 @@ def _tokenized(
             datasets.enable_progress_bars()
 
 
+@contextlib.contextmanager
+def _cycles_uncollected() -> Iterator[None]:
+    """Python's cyclic garbage collector paused (as it was after).
+
+    Reading and encoding allocate millions of containers (each row's messages, each row's
+    ids), none in a cycle, and a collection scans every one still alive, again and again as
+    they pile up. Paused, a fresh 100k-row load of bench/data_prep.py took 17.5-18.1 s
+    against 18.6-19.2 s. Reference counting still frees everything as usual.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _prune(folder: Path, split: str, keep: Path) -> None:
     """Remove this split's older cache files, and temp files of killed encodes."""
     cutoff = time.time() - STALE_TEMP_S
@@ -133,10 +154,11 @@ def encode_split(
             return as_encoded(datasets.Dataset.from_file(str(target)))
         except (OSError, ValueError):  # unreadable (a crash lost what the rename promised)
             target.unlink(missing_ok=True)
-    conversations = sft_data.read_conversations(run_dir, split)
-    if not conversations:
-        return Encoded([], [])
-    folder.mkdir(parents=True, exist_ok=True)
-    encoded = as_encoded(_tokenized(conversations, tokenizer, backend, max_len, target, key))
+    with _cycles_uncollected():
+        conversations = sft_data.read_conversations(run_dir, split)
+        if not conversations:
+            return Encoded([], [])
+        folder.mkdir(parents=True, exist_ok=True)
+        encoded = as_encoded(_tokenized(conversations, tokenizer, backend, max_len, target, key))
     _prune(folder, split, target)
     return encoded

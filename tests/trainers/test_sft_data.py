@@ -103,6 +103,68 @@ def test_encoding_is_the_same_as_transformers_own_call(
     assert got.n_masked == expected.n_masked
     assert got.truncated_rows == expected.truncated_rows
     assert (max_len == 40) == (got.truncated_rows > 0)
+    # The bundled tokenizer encodes prompt and reply apart; the tiny (byte-level) one does not.
+    assert sft_data.fast_backend(tok)[0].apart == (which == "bundled" and BUNDLED.is_dir())
+
+
+def _cut_texts(n: int) -> list[tuple[str, str]]:
+    """Random texts cut in two: words, spaces, newlines, special tokens, odd characters."""
+    rng = random.Random(5)
+    bits = ["router", "re", "set", " ", "  ", "\n", "\n\n", "<|im_start|>", "<|im_end|>",
+            "assistant", "héllo", "日本", "🙂", "?!", "\t", "▁", "a", "ing", "My"]  # fmt: skip
+    texts = ["".join(rng.choices(bits, k=rng.randint(1, 12))) for _ in range(n)]
+    return [(t[:cut], t[cut:]) for t in texts for cut in {rng.randint(0, len(t)), len(t) // 2}]
+
+
+def _spans(encoding, cut: int) -> bool:
+    return any(start < cut < end for start, end in encoding.offsets)
+
+
+@pytest.mark.skipif(not BUNDLED.is_dir(), reason="needs the bundled model's tokenizer")
+def test_parts_encoded_apart_are_the_whole_text_s_tokens_where_nothing_crosses_the_cut(
+    bundled_tokenizer,
+):
+    backend = sft_data.fast_backend(bundled_tokenizer)[0]
+    assert backend.apart
+    encoder, crossed = backend.encoder, 0
+    for head, tail in _cut_texts(400):
+        whole = encoder.encode(head + tail, add_special_tokens=False)
+        if _spans(whole, len(head)):
+            crossed += 1
+            continue
+        apart = encoder.encode_batch_fast([head, tail], add_special_tokens=False)
+        assert apart[0].ids + apart[1].ids == whole.ids, (head, tail)
+    assert 0 < crossed < 400  # both kinds of cut were tried
+
+
+@pytest.mark.skipif(not BUNDLED.is_dir(), reason="needs the bundled model's tokenizer")
+@pytest.mark.parametrize(
+    "change",
+    ["prepend_first", "single_word_token", "strip_normalizer", "rstrip_token", "byte_level"],
+)
+def test_tokenizers_whose_parts_encode_otherwise_are_encoded_whole(bundled_tokenizer, change):
+    from tokenizers import Tokenizer
+
+    spec = json.loads(sft_data.fast_backend(bundled_tokenizer)[0].encoder.to_str())
+    if change == "prepend_first":
+        spec["pre_tokenizer"]["prepend_scheme"] = "first"
+    elif change.endswith("_token"):
+        flag = change.removesuffix("_token")
+        next(t for t in spec["added_tokens"] if t["content"] == "<|im_start|>")[flag] = True
+    elif change == "strip_normalizer":
+        spec["normalizer"] = {"type": "Strip", "strip_left": True, "strip_right": True}
+    else:
+        spec["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False,
+                                 "trim_offsets": True, "use_regex": True}  # fmt: skip
+    assert not sft_data._encodes_apart(spec)
+    if change in ("prepend_first", "single_word_token", "strip_normalizer"):  # other ids
+        encoder = Tokenizer.from_str(json.dumps(spec))
+        differ = 0
+        for head, tail in _cut_texts(200):
+            whole = encoder.encode(head + tail, add_special_tokens=False)
+            apart = encoder.encode_batch_fast([head, tail], add_special_tokens=False)
+            differ += not _spans(whole, len(head)) and apart[0].ids + apart[1].ids != whole.ids
+        assert differ
 
 
 # A template that reads the special tokens, `tools` (None, not undefined) and transformers'
@@ -123,7 +185,10 @@ def test_rows_render_as_apply_chat_template_renders_them(tokenizer, bundled_toke
         tok.chat_template = BOS_TEMPLATE
     conversations = varied_conversations(40)
     # A message with another key goes through apply_chat_template itself.
-    named = [{"role": "user", "content": "hi", "name": "ann"}, {"role": "assistant", "content": "ok"}]
+    named = [
+        {"role": "user", "content": "hi", "name": "ann"},
+        {"role": "assistant", "content": "ok"},
+    ]
     for rows in (conversations, [*conversations, named]):
         prompts, fulls = sft_data.render(tok, rows)
         assert prompts == tok.apply_chat_template(
@@ -134,10 +199,22 @@ def test_rows_render_as_apply_chat_template_renders_them(tokenizer, bundled_toke
         assert fulls[0].startswith(tok.bos_token)
 
 
+def test_a_template_s_own_error_reaches_the_caller(bundled_tokenizer):
+    from jinja2.exceptions import TemplateError
+
+    tok = AutoTokenizer.from_pretrained(bundled_tokenizer.name_or_path)
+    tok.chat_template = BOS_TEMPLATE
+    odd = [[{"role": "robot", "content": "beep"}, {"role": "assistant", "content": "ok"}]]
+    with pytest.raises(TemplateError, match="bad role"):
+        tok.apply_chat_template(odd, tokenize=False)
+    with pytest.raises(TemplateError, match="bad role"):
+        sft_data.render(tok, varied_conversations(3) + odd)
+
+
 def test_metaspace_is_split_only_where_no_token_holds_the_replacement_inside(bundled_tokenizer):
     if BUNDLED.is_dir():  # the bundled tokenizer keeps a text whole: the rewrite applies
         backend, _ = sft_data.fast_backend(bundled_tokenizer)
-        assert json.loads(backend.to_str())["pre_tokenizer"]["split"] is True
+        assert json.loads(backend.encoder.to_str())["pre_tokenizer"]["split"] is True
     spec = json.loads(bundled_tokenizer.backend_tokenizer.to_str())
     spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "never",
                              "split": False}  # fmt: skip
@@ -147,7 +224,7 @@ def test_metaspace_is_split_only_where_no_token_holds_the_replacement_inside(bun
         backend_tokenizer = Tokenizer.from_str(json.dumps(spec))
 
     backend, _ = sft_data.fast_backend(WithInnerReplacement())
-    assert json.loads(backend.to_str())["pre_tokenizer"]["split"] is False
+    assert json.loads(backend.encoder.to_str())["pre_tokenizer"]["split"] is False
 
 
 def test_labels_mask_prompt_and_learn_reply_token_by_token(tokenizer):

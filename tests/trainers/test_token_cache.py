@@ -98,6 +98,30 @@ def test_changed_data_or_settings_tokenize_again_and_replace_the_old_file(
     assert len(_cache_files(run_dir)) == 2
 
 
+def test_the_garbage_collector_is_paused_while_encoding_and_as_it_was_after(
+    run_dir, tokenizer, monkeypatch
+):
+    import gc
+
+    seen = []
+    real = sft_data.tokenize
+    monkeypatch.setattr(sft_data, "tokenize", lambda *a: seen.append(gc.isenabled()) or real(*a))
+    assert gc.isenabled()
+    sft_data.load(run_dir, tokenizer, max_len=64)
+    assert seen == [False, False] and gc.isenabled()  # train and eval, one batch each
+    path = files.data_path(run_dir, "train")
+    path.write_text(path.read_text(encoding="utf-8") + "{not json\n", encoding="utf-8")
+    with pytest.raises(DataError):
+        sft_data.load(run_dir, tokenizer, max_len=64)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        token_cache.encode_split(run_dir, "eval", tokenizer, 32)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_bad_rows_are_reported_by_line_and_nothing_is_cached(run_dir, tokenizer):
     path = files.data_path(run_dir, "train")
     lines = path.read_text(encoding="utf-8").splitlines()
