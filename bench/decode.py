@@ -23,7 +23,8 @@ tokens over wall time, prompt included (the prompts are a few dozen tokens). The
 bundled model, the backends as chat uses them: the warm worker (`backend_local`) and
 `backend_llamacpp` on the same GGUF, streamed, stopping at the end of the reply: first token
 and decode tokens/s, and the llama.cpp backend's speed over llama-server's own on those replies
-(its overhead). The torch arms and llama-server take turns `--repeats` times and each speed is
+(its overhead). On the 135M shape, the warm worker's first token: a chat call for one new
+token, prompt and template included (`smol_worker_first_token_s`). The torch arms and llama-server take turns `--repeats` times and each speed is
 the median of its turns (on a shared VM llama.cpp's own speed varied by a third between runs).
 Results go to bench/out/decode.json; the last line holds the ratios of those medians.
 """
@@ -199,6 +200,22 @@ def backend_speeds(folder: Path, path: Path, texts: list[str], new: int) -> dict
     return found
 
 
+def worker_first_token(folder: Path, texts: list[str]) -> float:
+    """The warm worker's first token (dtype auto): a whole chat call that asks for one new
+    token, median of the prompts twice. The first *visible* piece is not timed here: random
+    weights often start with tokens that print nothing, so it would time their luck."""
+    one, spec = Sampling(1, 0.0), resolve_target(str(folder)).spec
+    b = backend_local()
+    b.chat(spec, [{"role": "user", "content": texts[0]}], one, lambda _: None)  # warm
+    times = []
+    for text in texts * 2:
+        start = time.perf_counter()
+        b.chat(spec, [{"role": "user", "content": text}], one, lambda _: None)
+        times.append(time.perf_counter() - start)
+    worker_stop()
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-new-tokens", type=int, default=128)
@@ -226,6 +243,8 @@ def main() -> None:
         speeds = {k: statistics.median(turn[k] for turn in turns) for k in turns[0]}
         results[key] = speeds | {"turns": turns}
         print(key, {k: round(v, 1) for k, v in speeds.items()}, file=sys.stderr, flush=True)
+        if key == "smol":
+            results["smol_worker_first_token_s"] = worker_first_token(folder, texts)
         if key == "bundled":
             results["backends"] = backend_speeds(folder, path, texts, args.max_new_tokens)
             print(results["backends"], file=sys.stderr, flush=True)
@@ -244,6 +263,8 @@ def main() -> None:
         )
         line["worker_first_token_s"] = b["worker"]["ttft_s"]
         line["llamacpp_first_token_s"] = b["llamacpp"]["ttft_s"]
+    if "smol_worker_first_token_s" in results:
+        line["smol_worker_first_token_s"] = results["smol_worker_first_token_s"]
     print(" ".join(f"{k}={v:.3g}" for k, v in line.items()))
 
 
