@@ -132,7 +132,7 @@ def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> d
 
     def loop(m):
         def run(ids, mask):
-            with torch.inference_mode(), cpu_threads(m):
+            with torch.inference_mode(), cpu_threads(m, len(ids)):
                 decode(m, ids, mask, Decoding(), max_new_tokens=new, stop=[], pad_id=pad)
 
         return run

@@ -380,7 +380,7 @@ def generate_once(
             with (
                 torch.inference_mode(),
                 adapter_mode(model, spec, models.dtype_for(spec)),
-                cpu_threads(model),
+                cpu_threads(model, len(chunk)),
             ):
                 new_tokens = decode(
                     model, inputs["input_ids"], inputs["attention_mask"], settings,

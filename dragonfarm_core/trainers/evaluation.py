@@ -110,7 +110,7 @@ def generate_samples(
             rows = [prompt_ids(tokenizer, c[:-1], budget)
                     for c in conversations[start : start + batch_size]]  # fmt: skip
             ids, mask = left_pad(rows, tokenizer.pad_token_id)
-            with cpu_threads(model):  # generate()'s greedy replies, with less overhead
+            with cpu_threads(model, len(rows)):  # generate()'s greedy replies, less overhead
                 new = decode(
                     model, ids.to(device), mask.to(device), Decoding.from_model(model, 0.0),
                     max_new_tokens=max_new_tokens, stop=default_stop(model),

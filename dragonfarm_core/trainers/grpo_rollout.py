@@ -151,7 +151,7 @@ def generate_rollout(
     was_training = model.training
     model.eval()  # no dropout while sampling
     try:
-        with cpu_threads(model):
+        with cpu_threads(model, len(ids)):
             completion = decode(
                 model, ids.to(device), mask.to(device), Decoding.pure(temperature),
                 max_new_tokens=max_new_tokens, stop=stop, pad_id=tokenizer.pad_token_id,

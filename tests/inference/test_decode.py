@@ -165,6 +165,10 @@ def test_a_small_model_decodes_on_one_thread_and_the_count_comes_back(bundled, m
     with cpu_threads(model):
         inside = torch.get_num_threads()
     assert inside == 1 and torch.get_num_threads() == before
+    with cpu_threads(model, rows=8):  # a batch this large splits its products
+        assert torch.get_num_threads() == before
+    with cpu_threads(model, rows=7):
+        assert torch.get_num_threads() == 1
     monkeypatch.setenv("OMP_NUM_THREADS", str(before))  # the user's choice wins
     with cpu_threads(model):
         assert torch.get_num_threads() == before
