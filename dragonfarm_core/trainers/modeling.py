@@ -118,7 +118,7 @@ def add_lora(
     torch.manual_seed(seed)  # the adapter's initial weights follow the run's seed
     try:
         # autocast_adapter_dtype keeps LoRA weights in float32 over a bf16/fp16 base.
-        return get_peft_model(model, config, autocast_adapter_dtype=True)
+        return with_fast_dropout(get_peft_model(model, config, autocast_adapter_dtype=True))
     except ValueError as exc:
         names = sorted(
             {
@@ -131,6 +131,53 @@ def add_lora(
             f"Lora.target_modules {lora.target_modules!r} does not fit this "
             f"model ({exc}); its linear layers are {', '.join(names)}."
         ) from exc
+
+
+class FastDropout(torch.nn.Module):
+    """LoRA's input dropout with its random numbers from numpy's PCG64 on a CPU.
+
+    torch draws a CPU dropout mask one number at a time (bernoulli_: 7.9 ms for 1.5M values on
+    this 2-core machine, against 0.9 ms for numpy's PCG64 to make 1.5 MB of random bytes), and
+    peft draws one for the input of every adapted layer: on the SmolLM2-135M shape (LoRA on all
+    7 linear layers of 30, batches of 4 x 250 tokens) bernoulli_ took 18 % of a training step.
+    Here each value gets 16 random bits: dropped where they fall below p (p rounded to a
+    multiple of 1/65536: 0.05 -> 0.050003), kept and scaled by 1/(1 - that p) otherwise, and
+    the backward keeps a 1-byte mask where torch's dropout keeps a 4-byte one. The bits come
+    from a generator seeded from torch's, so a run's seed (and a resumed run's restored
+    state) decides them. Same step, same process, torch's dropout against this one, 3 turns:
+    1.15x tokens/s. Elsewhere than on a CPU it is torch's dropout."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+        self.below = round(p * 65536) - 32768  # bits (as int16) below this are dropped
+        self.scale = 1 / (1 - round(p * 65536) / 65536)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        if x.device.type != "cpu":
+            return F.dropout(x, self.p, training=True)
+        import numpy as np
+
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+        bits = np.random.Generator(np.random.PCG64(seed)).bytes(2 * x.numel())
+        kept = torch.frombuffer(bytearray(bits), dtype=torch.int16).view(x.shape) >= self.below
+        return torch.where(kept, x * self.scale, 0.0)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+def with_fast_dropout(model: Any) -> Any:
+    """`model` (a peft model) with each LoRA dropout (torch.nn.Dropout) a FastDropout."""
+    for module in model.modules():
+        dropouts = getattr(module, "lora_dropout", None)
+        if isinstance(dropouts, torch.nn.ModuleDict):
+            for name, dropout in dropouts.items():
+                if type(dropout) is torch.nn.Dropout:
+                    dropouts[name] = FastDropout(dropout.p)
+    return model
 
 
 def count_params(model: Any) -> tuple[int, int]:

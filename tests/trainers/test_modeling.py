@@ -99,6 +99,39 @@ def test_auto_targets_every_linear_but_the_head_with_float32_adapter(spec):
     assert n_trainable == sum(p.numel() for p in trainable) and n_total > n_trainable
 
 
+def test_lora_dropout_is_the_fast_one_and_drops_p_of_the_values_scaled_as_torch_does(spec):
+    model = modeling.add_lora(
+        modeling.load_model(spec, CPU32, False), Lora(dropout=0.1), 0, False, False
+    )
+    dropouts = [d for m in model.modules() if hasattr(m, "lora_dropout")
+                for d in m.lora_dropout.values()]  # fmt: skip
+    assert dropouts and all(type(d) is modeling.FastDropout for d in dropouts)
+
+    dropout = modeling.FastDropout(0.1).train()
+    x = torch.rand(400, 2500, dtype=torch.float32) + 0.5  # no zeros of its own
+    torch.manual_seed(1)
+    out = dropout(x)
+    dropped = out == 0
+    assert abs(dropped.float().mean().item() - 0.1) < 0.002
+    kept = ~dropped
+    assert torch.equal(out[kept], x[kept] * dropout.scale)
+    assert dropout.scale == pytest.approx(1 / 0.9, rel=1e-4)
+    assert abs(out.mean().item() / x.mean().item() - 1) < 0.005  # the expectation is kept
+    torch.manual_seed(1)
+    assert torch.equal(dropout(x), out)  # torch's seed decides the mask
+    assert not torch.equal(dropout(x), out)
+    torch.manual_seed(2)
+    mask = dropout(torch.ones(50, 50)) != 0
+    x.requires_grad_(True)
+    torch.manual_seed(2)
+    dropout(x[:50, :50]).sum().backward()
+    # the gradient: the scale where a value was kept, nothing where it was dropped
+    assert torch.equal(x.grad[:50, :50], mask * torch.tensor(dropout.scale))
+    assert torch.equal(dropout.eval()(x), x)  # off outside training
+    bf16 = modeling.FastDropout(0.05).train()(torch.ones(1000, 1000, dtype=torch.bfloat16))
+    assert bf16.dtype == torch.bfloat16 and abs((bf16 == 0).float().mean().item() - 0.05) < 0.002
+
+
 def test_same_seed_same_adapter_init(spec):
     def init(seed):
         model = modeling.add_lora(
