@@ -130,6 +130,13 @@ def test_lora_dropout_is_the_fast_one_and_drops_p_of_the_values_scaled_as_torch_
     assert torch.equal(dropout.eval()(x), x)  # off outside training
     bf16 = modeling.FastDropout(0.05).train()(torch.ones(1000, 1000, dtype=torch.bfloat16))
     assert bf16.dtype == torch.bfloat16 and abs((bf16 == 0).float().mean().item() - 0.05) < 0.002
+    # What turns a model's dropouts off turns these off too (TRL's DPO and ORPO do it).
+    from trl.trainer.utils import disable_dropout_in_model
+
+    disable_dropout_in_model(model)
+    assert all(d.p == 0 for d in dropouts)
+    ones = torch.ones(100, 100)
+    assert torch.equal(dropouts[0].train()(ones), ones)
 
 
 def test_same_seed_same_adapter_init(spec):
