@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from dragonfarm_core.inference.worker_step import DecodeStep
 
@@ -91,6 +92,9 @@ class Decoding:
     top_p: float = 1.0
     top_k: int = 0
     repetition_penalty: float = 1.0
+    # Draw as generate() does (torch.multinomial), so that a seed draws generate()'s tokens;
+    # False draws from the same distribution by its cumulative sums (`draw`).
+    as_generate: bool = True
 
     @classmethod
     def from_model(cls, model: Any, temperature: float, top_p: float = 1.0) -> Decoding:
@@ -108,8 +112,9 @@ class Decoding:
 
     @classmethod
     def pure(cls, temperature: float) -> Decoding:
-        """The model's own distribution at `temperature` (no penalty, top-k or top-p)."""
-        return cls(temperature=temperature)
+        """The model's own distribution at `temperature` (no penalty, top-k or top-p), drawn
+        by cumulative sums (GRPO's rollouts: no seed has to draw what generate() draws)."""
+        return cls(temperature=temperature, as_generate=False)
 
     @property
     def greedy(self) -> bool:
@@ -186,7 +191,31 @@ def _next_tokens(
     if settings.greedy:
         return scores.argmax(-1)
     probs = torch.softmax(scores, dim=-1)
-    return torch.multinomial(probs, num_samples=1).squeeze(1)
+    if settings.as_generate:
+        return torch.multinomial(probs, num_samples=1).squeeze(1)
+    return draw(probs)
+
+
+def draw(probs: torch.Tensor, block: int = 64) -> torch.Tensor:
+    """One token from each row of `probs` [rows, vocab]: where a uniform number falls among
+    the row's cumulative sums, in float64 so that a rare token keeps its share. The sums go
+    block by block (which block, then where in it): a float64 cumsum over the whole vocabulary
+    is not vectorized on a CPU (0.76 ms for [32 x 4,096] against 0.07 in float32).
+
+    torch.multinomial draws one number per vocabulary entry (exponential_, one at a time on a
+    CPU): 2.6 ms a step for GRPO's 32 rollouts of the bundled model (4,096 entries), about a
+    tenth of its rollout time; this draws one number per row: 0.1 ms."""
+    rows, vocab = probs.shape
+    padded = -vocab % block
+    blocks = F.pad(probs, (0, padded)).view(rows, -1, block)  # zeros draw nothing
+    ends = blocks.sum(-1, dtype=torch.float64).cumsum(-1)  # [rows, blocks]
+    point = torch.rand(rows, 1, dtype=torch.float64, device=probs.device) * ends[:, -1:]
+    which = torch.searchsorted(ends, point, right=True).clamp_max(ends.shape[1] - 1)
+    before = torch.where(which > 0, ends.gather(1, (which - 1).clamp_min(0)), 0.0)
+    inside = blocks.gather(1, which[:, :, None].expand(-1, 1, block)).squeeze(1)
+    sums = inside.double().cumsum(-1) + before  # [rows, block]
+    offset = torch.searchsorted(sums, point, right=True).clamp_max(block - 1)
+    return (which * block + offset).squeeze(1).clamp_max(vocab - 1)
 
 
 @torch.no_grad()  # not inference_mode: GRPO scores the sampled ids with grad afterwards

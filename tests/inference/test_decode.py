@@ -19,6 +19,7 @@ from dragonfarm_core.inference.worker_decode import (
     cpu_threads,
     decode,
     default_stop,
+    draw,
     start_positions,
 )
 from dragonfarm_core.models import bundled_model_path
@@ -123,6 +124,44 @@ def test_the_worker_settings_come_from_the_generation_config_and_pure_has_none(b
     assert [type(p).__name__ for p in Decoding.from_model(model, 0.0).processors()] == [
         "RepetitionPenaltyLogitsProcessor"]  # fmt: skip
     assert len(Decoding.pure(1.0).processors()) == 0
+
+
+@pytest.mark.parametrize("vocab", [256, 200])  # a whole number of blocks, and not
+def test_draw_picks_tokens_as_often_as_their_probability_says(vocab):
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(vocab, generator=generator) * 3
+    logits[5], logits[vocab - 1] = float("-inf"), 4.0  # never drawn; the last one, often
+    probs = torch.softmax(logits, -1)
+    rows = 100_000
+    torch.manual_seed(3)
+    drawn = draw(probs.expand(rows, vocab).contiguous())
+    counts = torch.bincount(drawn, minlength=vocab).double()
+    assert counts[5] == 0 and drawn.max() < vocab
+    expected = probs.double() * rows
+    common = expected > 50  # a chi-square over the tokens drawn often enough to test
+    chi2 = (((counts - expected) ** 2 / expected)[common]).sum().item()
+    dof = int(common.sum()) - 1
+    assert chi2 < dof + 5 * (2 * dof) ** 0.5, (chi2, dof)
+    assert abs(counts[vocab - 1] / rows - probs[vocab - 1]) < 0.005
+    torch.manual_seed(3)
+    assert torch.equal(draw(probs.expand(rows, vocab).contiguous()), drawn)  # the seed decides
+    one_hot = torch.zeros(3, vocab)
+    one_hot[0, 0], one_hot[1, vocab - 1], one_hot[2, 130] = 1, 1, 1
+    assert draw(one_hot).tolist() == [0, vocab - 1, 130]
+
+
+def test_pure_sampling_draws_by_cumulative_sums_and_the_worker_s_as_generate(bundled):
+    model, tokenizer = bundled
+    inputs = batch(tokenizer)
+    assert Decoding.from_model(model, 0.8).as_generate and not Decoding.pure(1.0).as_generate
+    torch.manual_seed(11)
+    pure = ours(model, inputs, Decoding.pure(1.0), max_new_tokens=16, stop=[])
+    torch.manual_seed(11)
+    as_generate = ours(model, inputs, Decoding(temperature=1.0), max_new_tokens=16, stop=[])
+    torch.manual_seed(11)
+    expected = reference(model, inputs, max_new_tokens=16, min_new_tokens=16, do_sample=True,
+                         temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0)  # fmt: skip
+    assert torch.equal(as_generate, expected) and not torch.equal(pure, expected)
 
 
 def test_the_streamer_sees_the_reply_as_generate_streams_it(bundled):
