@@ -4,11 +4,11 @@ Every row is rendered with the chat template (the prompt with the assistant head
 whole conversation), then the whole texts go to the fast tokenizer's Rust backend in one
 batched call (`fast_backend`; transformers' own call costs twice the time), or, for a tokenizer
 where that provably gives the same ids (`_encodes_apart`), the prompts and the replies do. The
-tokens before the end of the rendered prompt are context: their labels are masked. Because the learned turn
-is always the last one, the mask is a prefix, so an example is its ids plus `n_masked`. Rows
-longer than max_seq_len are truncated, keeping as much of the reply as sensible, and counted.
-`load` keeps a run's encoded rows in an Arrow cache (token_cache), so a rerun or a resume on
-unchanged data does not tokenize again.
+tokens before the end of the rendered prompt are context: their labels are masked. Because the
+learned turn is always the last one, the mask is a prefix, so an example is its ids plus
+`n_masked`. Rows longer than max_seq_len are truncated, keeping as much of the reply as
+sensible, and counted. `load` keeps a run's encoded rows in an Arrow cache (token_cache), so a
+rerun or a resume on unchanged data does not tokenize again.
 """
 
 from __future__ import annotations
