@@ -218,6 +218,40 @@ def draw(probs: torch.Tensor, block: int = 64) -> torch.Tensor:
     return (which * block + offset).squeeze(1).clamp_max(vocab - 1)
 
 
+def distinct_rows(*columns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the distinct rows of `columns` side by side, which of them each row is): GRPO's rows
+    repeat each prompt once per completion of its group."""
+    side_by_side = torch.cat([c.to(columns[0].dtype) for c in columns], dim=1)
+    return torch.unique(side_by_side, dim=0, return_inverse=True)
+
+
+def repeated_prompts(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`distinct_rows` of the prompts and their masks when some rows repeat, else None."""
+    if len(input_ids) < 2:
+        return None
+    found = distinct_rows(input_ids, attention_mask)
+    return found if len(found[0]) < len(input_ids) else None
+
+
+def plain_cache(model: Any) -> Any:
+    """An empty DynamicCache for `model` whose layers all hold every position as it is (full
+    attention): one whose rows can be repeated (`repeat_rows`); None for other layers."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=model.config)
+    return cache if all(type(layer) is DynamicLayer for layer in cache.layers) else None
+
+
+def repeat_rows(cache: Any, index: torch.Tensor) -> None:
+    """Make row i of a plain cache (`plain_cache`) its row index[i], in place (autograd
+    follows: gradients of the repeated rows add up in the row they came from)."""
+    for layer in cache.layers:
+        layer.batch_select_indices(index)
+
+
 @torch.no_grad()  # not inference_mode: GRPO scores the sampled ids with grad afterwards
 def decode(
     model: Any,
@@ -247,7 +281,12 @@ def decode(
     mask = torch.cat([attention_mask, attention_mask.new_ones(rows, max_new_tokens)], dim=1)
     positions = start_positions(attention_mask)
     processors = settings.processors()
-    cache = DynamicCache(config=model.config)
+    # Rows with the same prompt (GRPO's groups) are read once and their cache rows repeated:
+    # the bundled model's 32 rollouts of 4 prompts (40-61 tokens), 48 new tokens each, 0.59-0.62
+    # s -> 0.43-0.50 s (float32, 2 threads).
+    cache = plain_cache(model)
+    shared = repeated_prompts(input_ids, attention_mask) if cache is not None else None
+    cache = cache if cache is not None else DynamicCache(config=model.config)
     running = torch.ones(rows, dtype=torch.bool, device=device)
     if streamer is not None:
         streamer.put(input_ids.cpu())
@@ -260,15 +299,22 @@ def decode(
         if step is not None:
             logits = step(step_ids, step_pos, length - 1, mask)
         else:
+            model_ids, model_mask, model_pos = step_ids, mask[:, :length], step_pos
+            if n == 0 and shared is not None:  # each distinct prompt once
+                model_ids, model_mask = shared[0].split(prompt_len, dim=1)
+                model_pos = start_positions(model_mask)
             out = model(
-                input_ids=step_ids,
-                attention_mask=mask[:, :length],
-                position_ids=step_pos,
+                input_ids=model_ids,
+                attention_mask=model_mask,
+                position_ids=model_pos,
                 cache=cache,
                 use_cache=True,
                 logits_to_keep=1,
             )
             logits = out.logits[:, -1, :]
+            if n == 0 and shared is not None:
+                logits = logits[shared[1]]
+                repeat_rows(cache, shared[1])
             if n == 0 and trimmed:
                 step = DecodeStep.build(model, cache, prompt_len, prompt_len + max_new_tokens)
         if logits.dtype == torch.float16 and not bool(torch.isfinite(logits).all()):

@@ -114,6 +114,37 @@ def test_seeded_sampling_draws_what_generate_draws(bundled):
     assert not torch.equal(other, got)
 
 
+def test_repeated_prompts_are_read_once_and_decode_as_generate_does(bundled):
+    """GRPO's groups: each prompt several times. The prompt pass reads each distinct one once
+    and the rows go on from copies of its cache: generate()'s tokens, greedy and seeded."""
+    model, tokenizer = bundled
+    inputs = batch(tokenizer, [t for t in CONVERSATIONS for _ in range(3)])
+    stop = default_stop(model)
+    read = []
+    hook = model.model.register_forward_pre_hook(
+        lambda _m, _a, kw: read.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        greedy = ours(model, inputs, Decoding.from_model(model, 0.0), max_new_tokens=24, stop=stop)
+        torch.manual_seed(5)
+        sampled = ours(model, inputs, Decoding.from_model(model, 0.8, 0.9), max_new_tokens=24,
+                       stop=stop)  # fmt: skip
+    finally:
+        hook.remove()
+    prompt_len = inputs["input_ids"].shape[1]
+    assert read == [(3, prompt_len)] * 2  # then the trimmed step, which reads no prompt
+    untrimmed = ours(model, inputs, Decoding.from_model(model, 0.0), max_new_tokens=24,
+                     stop=stop, trimmed=False)  # model.forward on the repeated cache  # fmt: skip
+    assert torch.equal(untrimmed, greedy)
+    assert torch.equal(greedy, reference(model, inputs, max_new_tokens=24, do_sample=False,
+                                         eos_token_id=stop))  # fmt: skip
+    torch.manual_seed(5)
+    expected = reference(model, inputs, max_new_tokens=24, do_sample=True, temperature=0.8,
+                         top_p=0.9, eos_token_id=stop)  # fmt: skip
+    assert torch.equal(sampled, expected)
+    assert not torch.equal(sampled[0], sampled[1])  # a group's rows still sample apart
+
+
 def test_the_worker_settings_come_from_the_generation_config_and_pure_has_none(bundled):
     model, _ = bundled
     settings = Decoding.from_model(model, 0.7, 0.9)
