@@ -1,10 +1,11 @@
 """python bench/grpo_throughput.py [--steps 6] [--group-size 8] [--max-new-tokens 48] [--model PATH]
+                                 [--lora-dropout 0.05]
 
 End-to-end GRPO steps: dragonfarm's GRPO trainer (TRL's GRPOTrainer with our rollouts, the
 batched decode of inference/worker_decode.py, through `rollout_func`) against a plain TRL
 `GRPOTrainer` script with its defaults (rollouts from transformers' `generate`), on the bundled
 model and the example tickets as prompts. Both arms get the same LoRA (r=16, alpha=32, dropout
-0.05, all linear layers), rewards (bench/outcomes.py's: 0.3 for any T-<digits>, 0.7 for a
+0.05 or --lora-dropout, all linear layers), rewards (bench/outcomes.py's: 0.3 for any T-<digits>, 0.7 for a
 four-digit id), group size, prompts per step, completion length, beta, learning rate, seed and
 number of optimizer steps; the reference is the model with the adapter off on both sides. Each
 arm runs in its own subprocess, so peak RSS is its own. Completion tokens/s counts the tokens
@@ -58,7 +59,7 @@ def run_ours(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
         {
             "schema": 1, "id": "bench", "name": "bench", "method": "grpo",
             "model": {"name": opts.model.name, "base": str(opts.model), "adapters": []},
-            "lora": LORA, "hardware": {"device": "cpu", "dtype": "auto"}, "n_samples": 0,
+            "lora": LORA | {"dropout": opts.lora_dropout}, "hardware": {"device": "cpu", "dtype": "auto"}, "n_samples": 0,
             "method_args": {"rewards": rewards, "group_size": opts.group_size,
                             "beta": opts.beta, "temperature": 1.0,
                             "max_new_tokens": opts.max_new_tokens},
@@ -74,7 +75,9 @@ def run_ours(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
     completions = opts.prompts * opts.group_size
     return {
         "seconds": files.read_status(run_dir)["metrics"]["train_runtime_s"],
-        "tokens": sum(r["completion_tokens"] * completions for r in rows if r["completion_tokens"] is not None),
+        "tokens": sum(
+            r["completion_tokens"] * completions for r in rows if r["completion_tokens"] is not None
+        ),
         "reward": rows[-1]["reward"],
     }
 
@@ -113,7 +116,7 @@ def run_trl(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
         use_cpu=True,
     )
     lora = LoraConfig(
-        r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
+        r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=opts.lora_dropout,
         target_modules="all-linear", task_type="CAUSAL_LM",
     )  # fmt: skip
     trainer = GRPOTrainer(
@@ -156,6 +159,12 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--model", type=Path, default=BUNDLED)
+    parser.add_argument(
+        "--lora-dropout",
+        type=float,
+        default=LORA["dropout"],
+        help="both arms' (0 lets ours read each group's prompt once in the loss)",
+    )
     parser.add_argument("--arm", choices=("ours", "trl"), help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, default=OUT, help=argparse.SUPPRESS)
     opts = parser.parse_args()

@@ -13,7 +13,7 @@ greedily and scored, by the adapter and by the model it started from (eval.json,
 Reads top to bottom: config and rewards, prompts (rendered with the chat template and cut to
 the token budget here, truncation counted), the model with its adapter, `GRPOConfig` from the
 spec, `GRPOTrainer` with our rollouts (`Rollouts`: the batched decode the Chat tab's worker
-uses), train (resuming from a complete checkpoint), adapter, held-out rewards and samples.
+uses) and log-probabilities that read a group's prompt once (`trainer_class`), train (resuming from a complete checkpoint), adapter, held-out rewards and samples.
 TrainArgs.batch_size counts prompts; TRL's batch counts completions (batch x group_size).
 """
 
@@ -88,6 +88,51 @@ class Rollouts:
             "logprobs": None,  # on-policy: TRL scores the tokens itself
             "completion_text": rollout.texts,  # to the rewards: stop token cut, stripped
         }
+
+
+def trainer_class() -> type:
+    """TRL's GRPOTrainer, counted (trl_run.counted), whose log-probabilities read each
+    distinct prompt once (grpo_rollout.shared_prompt_logps: the same numbers, a group's prompt
+    not sent through the model once per completion) where one process trains a model that
+    allows it and nothing drops out (with LoRA dropout, the reference's pass only); TRL's own
+    forward elsewhere (several processes: each forward goes through the
+    DistributedDataParallel wrapper once). bench/grpo_throughput.py: ours over TRL 2.06x
+    completion tokens/s with LoRA dropout 0, 1.49x with 0.05."""
+    from trl import GRPOTrainer
+
+    class SharedPromptGRPOTrainer(GRPOTrainer):
+        def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any,
+                                               attention_mask: Any, logits_to_keep: int,
+                                               batch_size: int | None = None,
+                                               compute_entropy: bool = False,
+                                               compute_aux_loss: bool = False,
+                                               **inputs: Any) -> tuple:  # fmt: skip
+            def trl_own() -> tuple:
+                return super(SharedPromptGRPOTrainer, self)._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size,
+                    compute_entropy, compute_aux_loss, **inputs,
+                )  # fmt: skip
+
+            if compute_aux_loss or any(v is not None for v in inputs.values()):
+                return trl_own()  # images, or a mixture of experts' router loss
+            if self.accelerator.num_processes > 1:
+                return trl_own()
+            size, parts = batch_size or len(input_ids), []
+            with self.accelerator.autocast():
+                for i in range(0, len(input_ids), size):
+                    part = rl.shared_prompt_logps(model, input_ids[i : i + size],
+                                                  attention_mask[i : i + size],
+                                                  logits_to_keep)  # fmt: skip
+                    if part is None:
+                        return trl_own()
+                    parts.append(part)
+            import torch
+
+            logps = torch.cat([p[0] for p in parts])
+            entropies = [e for _, e in parts if e is not None]  # TRL's fused head made them
+            return logps, torch.cat(entropies) if compute_entropy else None, None
+
+    return trl_run.counted(SharedPromptGRPOTrainer)
 
 
 def reward_function(reward: Reward, name: str, task: Task) -> Callable[..., list[float]]:
@@ -226,7 +271,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         eval_texts, eval_ids, cut_eval = rl.encode_prompts(tokenizer, eval_rows, budget)
 
         from transformers import PrinterCallback
-        from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOConfig
 
         model, plan, trainable, total = lifecycle.model_and_plan(
             report, config, placement, len(train_rows), cut_train + cut_eval
@@ -238,7 +283,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
                                        training_columns(names))  # fmt: skip
         own = options(settings, rewards, args.batch_size, plan.total_steps)
         grpo_args = trl_run.arguments(GRPOConfig, config, placement, run_dir, **own)
-        trainer = trl_run.counted(GRPOTrainer)(
+        trainer = trainer_class()(
             model=model,
             reward_funcs=[reward_function(r, n, task) for r, n in zip(rewards, names, strict=True)],
             args=grpo_args,

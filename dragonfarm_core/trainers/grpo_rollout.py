@@ -19,7 +19,15 @@ from typing import Any
 import torch
 
 from dragonfarm_core.chat_template import ROLES
-from dragonfarm_core.inference.worker_decode import Decoding, cpu_threads, decode
+from dragonfarm_core.inference.worker_decode import (
+    Decoding,
+    cpu_threads,
+    decode,
+    distinct_rows,
+    plain_cache,
+    repeat_rows,
+)
+from dragonfarm_core.inference.worker_step import base_model
 from dragonfarm_core.rewards import Reward, RewardErrors, Scores, score
 from dragonfarm_core.trainers.common import DataError
 from dragonfarm_core.trainers.sft_data import read_rows
@@ -173,3 +181,65 @@ def decode_completions(
         tokens = row[:n]
         rows.append(tokens[:-1] if tokens and tokens[-1] in stop else tokens)
     return [t.strip() for t in tokenizer.batch_decode(rows, skip_special_tokens=True)]
+
+
+def shared_prompt_logps(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """What TRL's GRPOTrainer scores for rows of prompt + completion (`input_ids`, the last
+    `completion_len` columns the completions): each completion token's log-probability (and
+    entropy, when TRL's fused LM head computes it), [rows, completion_len], zero at padding.
+    None where the model cannot do it this way (activation checkpointing drops the cache on
+    the way forward; layers other than full attention): TRL's own forward then does it.
+
+    TRL sends every row through the model whole, and a group's rows share their prompt. Here
+    each distinct prompt but its last token is read once, its keys and values repeated for
+    its group's rows (gradients flow back through the repetition), and the rows go on from
+    the prompt's last token through TRL's fused head with that cache: the same positions,
+    mask and numbers. Not while dropout is on (`drops_out`): TRL draws each row's prompt its
+    own dropout, and the bench's GRPO runs with LoRA dropout 0.05 and a group's prompt read
+    once ended lower (held-out reward 0.34-1.0, mean 0.82, over 8 seeds, against 0.95-1.0,
+    mean 0.99, row by row); so with dropout only the reference (adapter off) is read so. The bundled model, 4 prompts x 8 completions (prompts ~60 tokens,
+    completions 48): log-probabilities with grad plus backward 2.0 s -> 0.7 s, without grad
+    0.5 -> 0.3 s; logps equal and gradients within 5e-7 (tests/trainers/test_grpo_shared.py).
+    """
+    start = input_ids.shape[1] - completion_len - 1  # columns read once per distinct prompt
+    inner = base_model(model)
+    if start < 1 or (torch.is_grad_enabled() and inner.is_activation_checkpointing):
+        return None
+    if drops_out(inner):
+        return None
+    cache = plain_cache(inner)
+    if cache is None:
+        return None
+    prompts, which = distinct_rows(input_ids[:, :start], attention_mask[:, :start])
+    inner.base_model(input_ids=prompts[:, :start], attention_mask=prompts[:, start:],
+                     cache=cache, use_cache=True)  # fmt: skip
+    repeat_rows(cache, which)
+    rest = input_ids[:, start:]
+    labels = rest.masked_fill(attention_mask[:, start:] == 0, -100)
+    labels[:, 0] = -100  # the prompt's last token: its position predicts the first reply token
+    out = model(input_ids=rest, attention_mask=attention_mask, cache=cache, labels=labels,
+                fused_lm_head=True)  # fmt: skip
+    return out.log_probs, out.entropy
+
+
+def drops_out(model: Any) -> bool:
+    """Whether a forward of `model` (a transformers model, perhaps with LoRA layers) would
+    drop anything now: a dropout in training mode with p > 0 (a LoRA layer's only while its
+    adapter is on), or attention dropout in training mode."""
+    if not model.training:
+        return False
+    if getattr(model.config, "attention_dropout", 0.0):
+        return True
+    off: set[int] = set()  # the dropouts of LoRA layers that are switched off or merged
+    for module in model.modules():
+        dropouts = getattr(module, "lora_dropout", None)
+        if isinstance(dropouts, torch.nn.ModuleDict):
+            active = set(module.active_adapters)
+            enabled = not (module.disable_adapters or module.merged)
+            off |= {id(d) for name, d in dropouts.items() if not enabled or name not in active}
+    return any(
+        isinstance(m, torch.nn.Dropout) and m.training and m.p > 0 and id(m) not in off
+        for m in model.modules()
+    )
