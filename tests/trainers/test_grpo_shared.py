@@ -25,17 +25,23 @@ from dragonfarm_core.trainers.placement import Placement
 GROUP, COMPLETION = 4, 12
 
 
-@pytest.fixture(scope="module")
-def model():
+def lora_model(dropout: float):
+    """The bundled model with TRL's fused head (as GRPOTrainer adds it) and a LoRA adapter
+    whose B is not zero, so that "adapter off" and dropout change the numbers."""
     spec = ModelSpec(name="bundled", base=str(bundled_model_path()))
     base = modeling.load_model(spec, Placement(torch.device("cpu"), torch.float32), False)
-    add_fused_lm_head(base, outputs=("log_probs", "entropy"))  # as GRPOTrainer does
-    model = modeling.add_lora(base, Lora(r=8, dropout=0.0), 0, False, False)
-    with torch.no_grad():  # a non-zero adapter: "adapter off" is another model
+    add_fused_lm_head(base, outputs=("log_probs", "entropy"))
+    model = modeling.add_lora(base, Lora(r=8, dropout=dropout), 0, False, False)
+    with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.02)
     return model.train()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return lora_model(0.0)
 
 
 def rows() -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,25 +164,39 @@ def test_activation_checkpointing_or_a_one_token_prompt_is_left_to_trl(model):
         inner.activation_checkpointing_disable()
 
 
-def test_with_dropout_on_only_the_reference_reads_a_prompt_once(model):
+def test_with_dropout_on_every_row_reads_its_own_prompt(model):
     """TRL draws each row's prompt its own dropout; a group's prompt read once would share one
-    draw. So with LoRA dropout on (training mode), the adapter's pass is left to TRL; with the
-    adapter off (the reference) or in eval mode nothing is dropped and the prompt is shared."""
+    draw. So with LoRA dropout on (training mode) every row's prompt goes through the model
+    (the head still only where completion tokens are scored); with the adapter off (the
+    reference) or in eval mode nothing is dropped and each distinct prompt is read once."""
     ids, mask = rows()
-    spec = ModelSpec(name="bundled", base=str(bundled_model_path()))
-    base = modeling.load_model(spec, Placement(torch.device("cpu"), torch.float32), False)
-    add_fused_lm_head(base, outputs=("log_probs", "entropy"))
-    dropping = modeling.add_lora(base, Lora(r=8, dropout=0.05), 0, False, False).train()
-    assert rl.drops_out(dropping.get_base_model())
-    with torch.no_grad():
-        assert rl.shared_prompt_logps(dropping, ids, mask, COMPLETION) is None
-        with dropping.disable_adapter():
-            assert not rl.drops_out(dropping.get_base_model())
-            reference = rl.shared_prompt_logps(dropping, ids, mask, COMPLETION)
-            expected, _ = trl_scores(dropping, ids, mask)
-        torch.testing.assert_close(reference[0], expected, rtol=0, atol=1e-5)
-        dropping.eval()
-        assert rl.shared_prompt_logps(dropping, ids, mask, COMPLETION) is not None
+    prompt_len = ids.shape[1] - COMPLETION
+    dropping = lora_model(0.05)
+    read = []
+    hook = dropping.get_base_model().model.register_forward_pre_hook(
+        lambda _m, _a, kw: read.append(len(kw["input_ids"])), with_kwargs=True
+    )
+    try:
+        assert rl.drops_out(dropping.get_base_model())
+        with torch.no_grad():
+            dropped = rl.shared_prompt_logps(dropping, ids, mask, COMPLETION)
+            assert read == [3 * GROUP, 3 * GROUP]  # every row's prompt, then every row
+            with dropping.disable_adapter():
+                assert not rl.drops_out(dropping.get_base_model())
+                reference = rl.shared_prompt_logps(dropping, ids, mask, COMPLETION)
+                expected, _ = trl_scores(dropping, ids, mask)
+            assert read[2:4] == [3, 3 * GROUP]  # each distinct prompt once
+            dropping.eval()
+            evaluated = rl.shared_prompt_logps(dropping, ids, mask, COMPLETION)
+            assert read[-2:] == [3, 3 * GROUP]
+            expected_eval, _ = trl_scores(dropping, ids, mask)
+    finally:
+        hook.remove()
+    assert dropped[0].shape == (3 * GROUP, COMPLETION)
+    assert (dropped[0][mask[:, prompt_len:] == 0] == 0).all()
+    torch.testing.assert_close(reference[0], expected, rtol=0, atol=1e-5)
+    torch.testing.assert_close(evaluated[0], expected_eval, rtol=0, atol=1e-5)
+    assert not torch.equal(dropped[0], evaluated[0])  # training mode really dropped
     inner = model.get_base_model()
     assert not rl.drops_out(inner)  # the fixture's adapter has dropout 0
     inner.config.attention_dropout = 0.1  # (Llama's is 0)
