@@ -7,7 +7,9 @@ Decode speed of every generation path on the same model, prompts and GGUF, all i
   worker and the trainers' samples did before `worker_decode`);
 - ours: `worker_decode.decode`, the shared loop the worker and the trainers use (its trimmed
   step, worker_step, after the prompt), with its thread rule (`cpu_threads`), in float32 (the
-  trainers' dtype on a CPU, and the worker's "auto" there below 50M parameters);
+  worker's "auto" on a CPU below 50M parameters) with the weights laid out as the worker
+  lays out a float32 model (`lay_out_for_decoding`); ours_unlaid: the same as loaded (the
+  trainers' samples and rollouts);
 - ours_half: the same loop in the worker's half precision on this CPU (`cpu_half_dtype`):
   bfloat16 with float16 copies for one-row steps (`add_row_copies`) on a CPU with bf16
   instructions, float16 on others; the worker's "auto" on an AVX2/AVX-512 CPU from 50M
@@ -116,13 +118,20 @@ def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> d
     from transformers import AutoModelForCausalLM
 
     from dragonfarm_core.inference.worker import cpu_half_dtype
-    from dragonfarm_core.inference.worker_decode import Decoding, cpu_threads, decode
+    from dragonfarm_core.inference.worker_decode import (
+        Decoding,
+        cpu_threads,
+        decode,
+        lay_out_for_decoding,
+    )
     from dragonfarm_core.inference.worker_step import add_row_copies
     from dragonfarm_core.trainers.grpo_rollout import left_pad
 
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     half = AutoModelForCausalLM.from_pretrained(folder, dtype=cpu_half_dtype())
     add_row_copies(half)  # bfloat16 only
+    laid_out = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    lay_out_for_decoding(laid_out)  # what the worker does to a float32 model
     pad = model.config.pad_token_id
 
     def plain(ids, mask):
@@ -138,7 +147,7 @@ def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> d
         return run
 
     results = {}
-    for name, run in (("plain", plain), ("ours", loop(model)),
+    for name, run in (("plain", plain), ("ours_unlaid", loop(model)), ("ours", loop(laid_out)),
                       ("ours_half", loop(half.eval()))):  # fmt: skip
         run(*left_pad(rows[:1], pad))  # warm
         for size in (1, batch):

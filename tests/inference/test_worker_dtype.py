@@ -129,6 +129,35 @@ def test_half_precision_merges_the_run_and_holds_its_base_apart(tiny_run, tiny_m
     assert any(isinstance(m, BaseTunerLayer) for m in next(iter(full.held.values()))[0].modules())
 
 
+def test_float32_weights_are_laid_out_for_decoding_and_answer_the_same(
+    tiny_run, tiny_model, monkeypatch
+):
+    """A float32 model's linear weights are stored transposed in the worker (faster products
+    on a CPU, worker_decode.lay_out_for_decoding): same shapes and values, same replies with
+    the run's adapter on and off."""
+    from dragonfarm_core.inference import worker_decode
+
+    spec = resolve_target(str(tiny_run)).spec.as_dict()
+    full = worker.Models("cpu", torch.float32)
+    replies = [
+        worker.generate(full, request(s), Sink()) for s in (spec, {**spec, "use_adapter": False})
+    ]
+    model = next(iter(full.held.values()))[0]
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(m.weight.t().is_contiguous() for m in linears)
+    assert all(m.weight.shape == (m.out_features, m.in_features) for m in linears)
+
+    half = torch.nn.Linear(4, 3).to(torch.bfloat16)
+    assert worker_decode.lay_out_for_decoding(half) == 0 and half.weight.is_contiguous()
+
+    monkeypatch.setattr(worker_decode, "lay_out_for_decoding", lambda model: 0)
+    as_loaded = worker.Models("cpu", torch.float32)
+    assert [worker.generate(as_loaded, request(s), Sink())
+            for s in (spec, {**spec, "use_adapter": False})] == replies  # fmt: skip
+    model = next(iter(as_loaded.held.values()))[0]
+    assert all(m.weight.is_contiguous() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
 @pytest.fixture
 def overflowing(tmp_path, tiny_model):
     """The tiny Llama with one MLP scaled so its float16 activations overflow while every
