@@ -97,8 +97,8 @@ def trainer_class() -> type:
     token is scored, and each distinct prompt read once where nothing drops out) where one
     process trains a model that allows it; TRL's own forward elsewhere (several processes:
     each forward goes through the DistributedDataParallel wrapper once).
-    bench/grpo_throughput.py, ours over TRL: 1.71-1.77x completion tokens/s with LoRA dropout
-    0.05 (1.18-1.49x with TRL's forward), 2.06x with dropout 0."""
+    bench/grpo_throughput.py, ours over TRL: 1.69-1.85x completion tokens/s with LoRA dropout
+    0.05 (1.18-1.49x with TRL's forward), 1.57-2.10x with dropout 0."""
     from trl import GRPOTrainer
 
     class SharedPromptGRPOTrainer(GRPOTrainer):
