@@ -5,12 +5,13 @@ End-to-end GRPO steps: dragonfarm's GRPO trainer (TRL's GRPOTrainer with our rol
 batched decode of inference/worker_decode.py, through `rollout_func`) against a plain TRL
 `GRPOTrainer` script with its defaults (rollouts from transformers' `generate`), on the bundled
 model and the example tickets as prompts. Both arms get the same LoRA (r=16, alpha=32, dropout
-0.05 or --lora-dropout, all linear layers), rewards (bench/outcomes.py's: 0.3 for any T-<digits>, 0.7 for a
-four-digit id), group size, prompts per step, completion length, beta, learning rate, seed and
-number of optimizer steps; the reference is the model with the adapter off on both sides. Each
-arm runs in its own subprocess, so peak RSS is its own. Completion tokens/s counts the tokens
-sampled over the training loop (model loading excluded), from each arm's logged mean completion
-length. The last line holds the ratios, ours over TRL (target: completion_tokens_per_s >= 1.5).
+0.05 or --lora-dropout, all linear layers), rewards (bench/outcomes.py's: 0.3 for any
+T-<digits>, 0.7 for a four-digit id), group size, prompts per step, completion length, beta,
+learning rate, seed and number of optimizer steps; the reference is the model with the adapter
+off on both sides. Each arm runs in its own subprocess, so peak RSS is its own. Completion
+tokens/s counts the tokens sampled over the training loop (model loading excluded), from each
+arm's logged mean completion length. The last line holds the ratios, ours over TRL (target:
+completion_tokens_per_s >= 1.5).
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def run_ours(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
         {
             "schema": 1, "id": "bench", "name": "bench", "method": "grpo",
             "model": {"name": opts.model.name, "base": str(opts.model), "adapters": []},
-            "lora": LORA | {"dropout": opts.lora_dropout}, "hardware": {"device": "cpu", "dtype": "auto"}, "n_samples": 0,
+            "lora": LORA | {"dropout": opts.lora_dropout},
+            "hardware": {"device": "cpu", "dtype": "auto"}, "n_samples": 0,
             "method_args": {"rewards": rewards, "group_size": opts.group_size,
                             "beta": opts.beta, "temperature": 1.0,
                             "max_new_tokens": opts.max_new_tokens},

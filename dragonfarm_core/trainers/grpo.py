@@ -13,8 +13,9 @@ greedily and scored, by the adapter and by the model it started from (eval.json,
 Reads top to bottom: config and rewards, prompts (rendered with the chat template and cut to
 the token budget here, truncation counted), the model with its adapter, `GRPOConfig` from the
 spec, `GRPOTrainer` with our rollouts (`Rollouts`: the batched decode the Chat tab's worker
-uses) and log-probabilities that skip the head at prompt positions and read a group's
-prompt once where nothing drops out (`trainer_class`), train (resuming from a complete checkpoint), adapter, held-out rewards and samples.
+uses) and log-probabilities that skip the head at prompt positions and read a group's prompt
+once where nothing drops out (`trainer_class`), train (resuming from a complete checkpoint),
+adapter, held-out rewards and samples.
 TrainArgs.batch_size counts prompts; TRL's batch counts completions (batch x group_size).
 """
 
