@@ -32,6 +32,12 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 START_TIMEOUT_S = 60
+# Playwright's `expect` waits 5 s unless told otherwise, and `page.set_default_timeout` does not
+# reach it. CI shares two cores with whatever else runs: a bad upload's error once took longer
+# than 5 s to appear there (the example data's report was still being computed). Wait as long
+# as a page action does.
+EXPECT_TIMEOUT_MS = 15_000
+expect.set_options(timeout=EXPECT_TIMEOUT_MS)
 
 
 def _free_port() -> int:
@@ -131,7 +137,7 @@ def browser(chromium: str) -> Iterator:
 def page(browser, app_server) -> Iterator:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
-    page.set_default_timeout(15_000)
+    page.set_default_timeout(EXPECT_TIMEOUT_MS)
     page.goto(app_server[0])
     # The app opens with the example tickets loaded and mapped: wait for that to settle, as a
     # person would see it, so a test's first upload is not overtaken by it.
