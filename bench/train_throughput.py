@@ -7,8 +7,10 @@ layers), seed, max_seq_len, batch size, gradient accumulation, learning rate and
 the same number of optimizer steps; everything else is each side's default (TRL: random order
 with dynamic padding, no packing, completion-only loss from the prompt-completion format,
 gradient checkpointing, bf16 autocast). Each arm runs in its own subprocess, so peak RSS is
-its own. Real tokens/s counts non-padding tokens over the training loop (model loading and
-tokenization excluded on both sides). Held-out loss is measured on both final adapters by one
+its own. Real tokens/s counts non-padding tokens over the training loop's steps (model
+loading, tokenization and held-out measurements excluded on both sides: ours measures the
+held-out loss at step 0, the curve's start, inside its loop and times it apart as
+eval_runtime_s; TRL's script evaluates after train()). Held-out loss is measured on both final adapters by one
 evaluator (float32 base weights, the loss on reply tokens), so precision differences in each
 trainer's own evaluation do not count. The last line holds the ratios, ours over TRL.
 
@@ -106,7 +108,7 @@ def run_ours(opts: argparse.Namespace, work: Path, dtype: str = "auto") -> dict[
     metrics = status["metrics"]
     return {
         "tokens": metrics["train_tokens"],
-        "seconds": metrics["train_runtime_s"],
+        "seconds": metrics["train_runtime_s"] - metrics["eval_runtime_s"],
         "padding": metrics["train_padding"],
         "own_eval_loss": metrics["eval_loss"],
         "adapter": str(files.adapter_dir(run_dir)),

@@ -199,6 +199,7 @@ class TrainState:
     log_steps: int = 0
     tokens: int = 0
     slots: int = 0
+    eval_s: float = 0.0  # of elapsed_s, the time the held-out measurements took
 
     def record(self, loss: float, tokens: int, slots: int) -> None:
         """Count one optimizer step: its loss, its real tokens and its padded token slots.
@@ -223,11 +224,15 @@ class TrainState:
         return loss
 
     def metrics(self, train_seconds: float) -> dict[str, Any]:
+        """The run's training figures; `train_seconds` is its wall time, held-out measurements
+        included. Tokens per second count the training steps' time only."""
+        stepping = train_seconds - self.eval_s
         return {
             "train_loss": self.loss_sum / self.loss_steps if self.loss_steps else None,
             "train_runtime_s": round(train_seconds, 2),
+            "eval_runtime_s": round(self.eval_s, 2),
             "train_tokens": self.tokens,
-            "train_tokens_per_s": self.tokens / train_seconds if train_seconds else None,
+            "train_tokens_per_s": self.tokens / stepping if stepping > 0 else None,
             "train_padding": 1 - self.tokens / self.slots if self.slots else None,
         }
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,7 @@ class RunCallback(TrainerCallback):
                            epoch=round(state.epoch or 0.0, 4))  # fmt: skip
         if state.global_step == 0 and self.evaluate and state.is_world_process_zero:
             # the untrained adapter
-            self._progress(step=0, epoch=0.0, elapsed_s=0.0, **self.evaluate(model))
+            self._progress(step=0, epoch=0.0, elapsed_s=0.0, **self._held_out(model))
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any):
         loss, tokens, slots, cancel = _summed(
@@ -194,7 +195,7 @@ class RunCallback(TrainerCallback):
         if due and self.evaluate and state.is_world_process_zero:
             self._progress(step=step, epoch=round(state.epoch, 4),
                            elapsed_s=round(self._clock.elapsed(), 2),
-                           **self.evaluate(model))  # fmt: skip
+                           **self._held_out(model))  # fmt: skip
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any):
         if "loss" not in (logs or {}):  # the summary Trainer logs at the end, or an eval
@@ -210,6 +211,15 @@ class RunCallback(TrainerCallback):
             eta_s=self._clock.eta(step, state.max_steps),
             **(self.logged(logs) if self.logged else {}),
         )
+
+    def _held_out(self, model: Any) -> dict[str, Any]:
+        """The held-out columns; their time is counted apart (TrainState.eval_s), so tokens/s
+        measures the training steps."""
+        assert self.evaluate is not None
+        started = time.monotonic()
+        columns = self.evaluate(model)
+        self.state.eval_s += time.monotonic() - started
+        return columns
 
     def _progress(self, **values: Any) -> None:
         self.report.progress(**(dict.fromkeys(self.columns) | values))

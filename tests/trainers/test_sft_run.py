@@ -52,6 +52,13 @@ def test_run_writes_and_reads_back_every_file(make_run, model_dir, monkeypatch):
         return write(run_dir, *args)
 
     monkeypatch.setattr(sft.evaluation, "write_eval_and_samples", watched)
+    measure = sft.evaluation.eval_loss
+
+    def slow_held_out(*args):  # a held-out measurement that takes at least 0.3 s
+        time.sleep(0.3)
+        return measure(*args)
+
+    monkeypatch.setattr(sft.evaluation, "eval_loss", slow_held_out)
     run_dir = make_run(
         model_dir,
         n_train=40,
@@ -77,6 +84,12 @@ def test_run_writes_and_reads_back_every_file(make_run, model_dir, monkeypatch):
     assert phases == [("running", files.FINISHING)] and status["phase"] is None
     metrics = status["metrics"]
     assert metrics["eval_loss"] > 0 and metrics["perplexity"] > 1 and metrics["train_loss"] > 0
+    # The held-out measurements of steps 0, 3, 6 and 9 are timed apart: tokens/s is the steps'.
+    assert 4 * 0.3 <= metrics["eval_runtime_s"] < metrics["train_runtime_s"]
+    stepping = metrics["train_runtime_s"] - metrics["eval_runtime_s"]
+    assert metrics["train_tokens_per_s"] == pytest.approx(
+        metrics["train_tokens"] / stepping, rel=0.02
+    )
 
     rows = files.read_progress(run_dir)
     assert all(list(r) == COLUMNS for r in rows)
