@@ -187,3 +187,87 @@ def test_adapters_are_folded_in_order(spec, tmp_path):
         merged.state_dict().items(), folded.state_dict().items(), strict=True
     ):
         assert torch.allclose(a, b, atol=1e-6), name
+
+
+def _saved_bytes(model, batch) -> tuple[int, torch.Tensor]:
+    """(bytes of the distinct tensors the forward keeps for the backward, the summed loss)."""
+    storages: dict[int, int] = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss, _ = modeling.label_loss(model, batch)
+    return sum(storages.values()), loss
+
+
+@pytest.mark.parametrize(
+    ("dtype", "checkpointing", "autocast"),
+    [
+        (torch.bfloat16, False, False),
+        (torch.float32, False, False),
+        (torch.bfloat16, True, False),
+        (torch.float32, True, False),
+        # TRL's DPO, ORPO and GRPO call the model through accelerate's bf16 autocast
+        (torch.bfloat16, False, True),
+    ],
+)
+def test_lean_lora_trains_as_peft_does_and_keeps_less_for_the_backward(
+    spec, batch, dtype, checkpointing, autocast
+):
+    """modeling.LoraDelta against peft's own LoRA forward: same dropout draws, same loss and
+    gradients, and the copies of each adapted layer's input are not kept."""
+    placement = Placement(torch.device("cpu"), dtype)
+    models = []
+    for lean in (True, False):
+        model = modeling.add_lora(
+            modeling.load_model(spec, placement, False), Lora(r=4, dropout=0.1), 0,
+            checkpointing, False,
+        )  # fmt: skip
+        with torch.no_grad():
+            for p in model.parameters():  # B starts at zero: make it count
+                if p.requires_grad:
+                    p.add_(torch.randn_like(p) * 0.02)
+        layers = [m for m in model.modules() if hasattr(m, "lora_A")]
+        assert layers and all("forward" in vars(m) for m in layers)  # the lean forward
+        if not lean:
+            for m in layers:
+                del m.forward  # peft's own forward again
+        model.train()
+        models.append(model)
+    lean, peft = models
+    peft.load_state_dict(lean.state_dict())
+    results = []
+    for model in models:
+        torch.manual_seed(3)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            saved, loss = _saved_bytes(model, batch)
+        loss.backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+        results.append((saved, loss, grads))
+    (lean_saved, lean_loss, lean_grads), (peft_saved, peft_loss, peft_grads) = results
+    assert torch.allclose(lean_loss, peft_loss, rtol=1e-6)
+    assert lean_grads.keys() == peft_grads.keys()
+    for name, grad in lean_grads.items():
+        assert grad is not None and grad.abs().sum() > 0, name
+        error = (grad - peft_grads[name]).norm() / peft_grads[name].norm()
+        assert error < 1e-5, (name, float(error))
+    if checkpointing:  # what a layer keeps is dropped and made again in the backward
+        assert lean_saved <= peft_saved
+    else:
+        tokens = int(batch["attention_mask"].numel())
+        hidden = lean.get_base_model().config.hidden_size
+        # peft keeps a float32 copy of the input of every adapted layer (bfloat16 under
+        # autocast); the lean forward keeps the input as it is, shared by the layers that read
+        # it (q, k and v; gate and up; o: at most half as many inputs as layers, of those
+        # taking the hidden size).
+        n_layers = sum(1 for m in lean.modules() if hasattr(m, "lora_A")
+                       and m.in_features == hidden)  # fmt: skip
+        per_layer = (2 if autocast else 4) - dtype.itemsize / 2
+        assert peft_saved - lean_saved >= n_layers * tokens * hidden * per_layer * 0.9
+    # With the adapter off, or without gradients, peft's own forward runs.
+    with lean.disable_adapter(), torch.no_grad():
+        off = modeling.label_loss(lean, batch)[0]
+    with peft.disable_adapter(), torch.no_grad():
+        assert torch.equal(off, modeling.label_loss(peft, batch)[0])
