@@ -260,7 +260,10 @@ def with_lean_lora(model: Any) -> Any:
 
     for module in model.modules():
         if type(module) is LoraLinear and type(module.base_layer) is torch.nn.Linear:
-            module.forward = functools.partial(_lean_forward, module, module.forward)
+            # on the instance: peft's own forward stays the class's, which is what it falls back on
+            module.forward = functools.partial(  # type: ignore[method-assign]
+                _lean_forward, module, module.forward
+            )
     return model
 
 
