@@ -44,9 +44,14 @@ from dragonfarm_core.settings import SettingsError
 
 MIB = 2**20
 CHARS_PER_TOKEN = 3.0  # rows without a tokenizer: a little more tokens than the usual 4
-RUNTIME_MIB = {"cpu": 480.0, "cuda": 1000.0, "mps": 600.0}  # the process (+ CUDA context)
+# The process (+ CUDA context) before the model loads: 525 MiB measured on a CPU (2026-12-06).
+RUNTIME_MIB = {"cpu": 525.0, "cuda": 1045.0, "mps": 645.0}
 LEARNED_FRACTION = 0.5  # the share of positions the LM head is applied at (the replies)
 CHECKPOINTED_SHARE = 0.4  # activations kept with gradient checkpointing (see parts_mib)
+# The peak over what the layers keep: the backward's gradients and temporaries and the
+# allocator's slack. Fitted on bench/preflight.py's six settings (2026-12-06: 1.17-1.31 on five,
+# 0.92 on the sixth, the bundled model at 8 x 759 tokens in float32).
+BACKWARD_SLACK = 1.2
 HEADROOM = 0.9  # a run fits when its estimate is at most this share of the device's memory
 # dtype auto on a CPU with bf16 instructions (AVX512-BF16 or AMX): models this large keep their
 # frozen weights in bfloat16. bench/train_throughput.py, ours, 2-core AVX512-BF16 VM, bf16 over
@@ -209,26 +214,29 @@ def parts_mib(shape: Shape, settings: dict[str, Any]) -> dict[str, float]:
     tokens = sequences * settings["seq_len"]
     h, i = shape.hidden, shape.intermediate
     q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-    # Kept for backward per token in one layer: the norms' inputs, q/k/v before and after the
-    # rotary embedding, the attention output, the MLP's gate, up, activation and product, and
-    # the inputs LoRA's dropout copies for each adapted linear.
-    per_layer = 4 * h + 3 * q + 3 * kv + 4 * i + 3 * h + q + i
+    # Bytes kept for backward per token in one layer (counted on the 135M shape's autograd
+    # graph): each norm's float32 input; in the compute dtype the two norms' outputs (what
+    # LoRA's A reads, modeling.LoraDelta), q, k, v and the attention output, the MLP's gate,
+    # activation, up and product; and LoRA's 1-byte dropout masks, one per adapted input.
+    per_layer = 2 * h * 4 + abytes * (2 * h + 2 * q + 2 * kv + 4 * i) + (5 * h + q + i)
     if device != "cuda":
-        # On a CPU (and MPS) padded batches take torch's math attention, which keeps the
-        # scores and the probabilities: heads x length per token. CUDA's kernels keep neither.
-        per_layer += 2 * shape.heads * settings["seq_len"]
+        # On a CPU (and MPS) the peak also grows with heads x length per token: the
+        # attention's buffers (the autograd graph shows torch's flash kernel for CPU, padded
+        # batches included, keeping no scores, but without this term the 135M shape's
+        # estimates fall 20-28 % under the measured peaks at 512 tokens). CUDA's keep none.
+        per_layer += abytes * 2 * shape.heads * settings["seq_len"]
     kept: float = shape.layers * per_layer
     if settings["gradient_checkpointing"]:
         # Measured, not the textbook "each layer's input plus one layer": on the 135M shape
         # (batch 4, 512 tokens, CPU) the peak kept CHECKPOINTED_SHARE of the activations the
         # run without checkpointing kept (recomputation's buffers and gradients, and the
         # allocator's slack); bench/preflight.py checks it on another model.
-        kept = max(shape.layers * h + per_layer, CHECKPOINTED_SHARE * kept)
+        kept = max(shape.layers * h * abytes + per_layer, CHECKPOINTED_SHARE * kept)
     return {
         "runtime": RUNTIME_MIB.get(device, RUNTIME_MIB["cpu"]),
         "weights": shape.params() * wbytes / MIB,
         "lora": _lora_params(shape, settings["r"], settings["targets"]) * 16 / MIB,
-        "activations": tokens * kept * abytes / MIB,
+        "activations": tokens * kept * BACKWARD_SLACK / MIB,
         "logits": tokens * LEARNED_FRACTION * shape.vocab * 4 * 3 / MIB,
     }
 
