@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from dragonfarm_core.chat_template import ROLES
 from dragonfarm_core.method_args import PreferenceArgs
@@ -32,7 +31,7 @@ from dragonfarm_core.trainers.batching import collate, sorted_batches
 from dragonfarm_core.trainers.common import DataError, RunReporter, TrainState
 from dragonfarm_core.trainers.config import TrainConfig
 from dragonfarm_core.trainers.evaluation import add_before, generate_samples
-from dragonfarm_core.trainers.modeling import labelled_logits
+from dragonfarm_core.trainers.modeling import learned_losses
 from dragonfarm_core.trainers.placement import Placement, processes_note
 from dragonfarm_core.trainers.sft_data import Encoded, read_rows
 
@@ -125,10 +124,9 @@ def reply_logps(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tenso
 
     Like `modeling.label_loss`, the LM head runs only where a reply token is predicted.
     """
-    logits, targets, keep = labelled_logits(model, batch)
-    token_logps = -F.cross_entropy(logits.float(), targets, reduction="none")
+    losses, keep = learned_losses(model, batch)
     rows = keep.nonzero()[:, 0]
-    sums = torch.zeros(len(keep), device=logits.device).index_add(0, rows, token_logps)
+    sums = torch.zeros(len(keep), device=losses.device).index_add(0, rows, -losses)
     return sums, keep.sum(dim=1)
 
 

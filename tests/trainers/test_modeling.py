@@ -47,6 +47,35 @@ def test_label_loss_matches_the_full_logits_loss(spec, batch):
     assert float(summed) / n == pytest.approx(float(reference), rel=1e-5)
 
 
+def test_the_head_in_slices_gives_the_same_loss_and_gradients(spec, batch, monkeypatch):
+    """label_loss applies the LM head over slices of the learned positions (HEAD_SLICE_BYTES):
+    slices of 7 positions give the loss and the gradients of one slice of them all."""
+    model = modeling.add_lora(
+        modeling.load_model(spec, CPU32, False), Lora(r=4, dropout=0.0), 0, False, False
+    )
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.01)
+    results = []
+    vocab = model.get_base_model().get_output_embeddings().weight.shape[0]
+    learned = int((batch["labels"][:, 1:] != -100).sum())
+    for rows in (learned, 7):
+        monkeypatch.setattr(modeling, "HEAD_SLICE_BYTES", rows * 4 * vocab)
+        losses, keep = modeling.learned_losses(model, batch)
+        assert losses.shape == (learned,) and int(keep.sum()) == learned
+        summed, n = modeling.label_loss(model, batch)
+        model.zero_grad()
+        summed.backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.requires_grad]
+        results.append((losses.detach(), summed.detach(), grads))
+    (whole, whole_sum, whole_grads), (sliced, sliced_sum, sliced_grads) = results
+    assert torch.allclose(sliced, whole, rtol=1e-5, atol=1e-6)
+    assert float(sliced_sum) == pytest.approx(float(whole_sum), rel=1e-6)
+    for a, b in zip(sliced_grads, whole_grads, strict=True):  # summed in another order
+        assert b.norm() > 0 and (a - b).norm() / b.norm() < 1e-5
+
+
 def test_packed_rows_score_as_they_do_alone(spec):
     """Rows packed into one padding-free sequence (TRL's pack_dataset and collator, as an SFT
     run with packing trains) get the same loss as each row alone: position_ids that restart at
