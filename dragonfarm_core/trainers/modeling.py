@@ -291,7 +291,9 @@ def lm_head_logits(causal: Any, hidden: torch.Tensor) -> torch.Tensor:
 # a whole batch (the 135M shape: 430 positions x 49,152 x 4 bytes = 84 MB, and their float32
 # copy, log-softmax and gradients) faulted their pages in afresh at every step. In 16 MiB
 # slices the same step reuses its heap: bench/train_throughput.py's 135M arm (8 steps of 2 x 4
-# rows) 51.6 -> 44.5 s, peak RSS 2,701 -> 2,518 MiB (8 MiB: 48.2 s, 4 MiB: 51.0 s).
+# rows) 51.6 -> 44.5 s, peak RSS 2,701 -> 2,518 MiB (8 MiB: 48.2 s, 4 MiB: 51.0 s); runs taking
+# turns an hour later, 49.9 and 46.7 s against 42.7 and 44.2, 2,825 and 2,749 MiB against
+# 2,614 and 2,583.
 HEAD_SLICE_BYTES = 16 * 2**20
 
 
