@@ -16,7 +16,8 @@ config.json and adds up
     activations  what a decoder layer keeps for the backward pass, per token, at the batch's
                  length (with gradient checkpointing, the measured share of that);
                  on a CPU also the attention scores and probabilities (torch's math path)
-    logits       the LM head's float32 logits, log-softmax and gradient at the learned positions
+    logits       the LM head's float32 log-softmax at the learned positions, kept for the
+                 backward (the head runs over slices of them: modeling.HEAD_SLICE_BYTES)
 
 The batch's length is the longest training row (characters / CHARS_PER_TOKEN, capped at
 max_seq_len): batches are grouped by length, so the longest batch sets the peak. DPO and ORPO
@@ -50,7 +51,8 @@ LEARNED_FRACTION = 0.5  # the share of positions the LM head is applied at (the 
 CHECKPOINTED_SHARE = 0.4  # activations kept with gradient checkpointing (see parts_mib)
 # The peak over what the layers keep: the backward's gradients and temporaries and the
 # allocator's slack. Fitted on bench/preflight.py's six settings (2026-12-06: 1.17-1.31 on five,
-# 0.92 on the sixth, the bundled model at 8 x 759 tokens in float32).
+# 0.92 on the sixth, the bundled model at 8 x 759 tokens in float32), before the LM head ran in
+# slices; with them (and the log-softmax kept once) -5 % to +6 % on five, +26 % on that one.
 BACKWARD_SLACK = 1.2
 HEADROOM = 0.9  # a run fits when its estimate is at most this share of the device's memory
 # dtype auto on a CPU with bf16 instructions (AVX512-BF16 or AMX): models this large keep their
@@ -237,7 +239,7 @@ def parts_mib(shape: Shape, settings: dict[str, Any]) -> dict[str, float]:
         "weights": shape.params() * wbytes / MIB,
         "lora": _lora_params(shape, settings["r"], settings["targets"]) * 16 / MIB,
         "activations": tokens * kept * BACKWARD_SLACK / MIB,
-        "logits": tokens * LEARNED_FRACTION * shape.vocab * 4 * 3 / MIB,
+        "logits": tokens * LEARNED_FRACTION * shape.vocab * 4 / MIB,
     }
 
 
