@@ -297,8 +297,12 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--model", type=Path, default=BUNDLED)
-    parser.add_argument("--shape", choices=("smollm2-135m",), default=None,
-                        help="train a locally built model of this shape instead of --model")
+    parser.add_argument(
+        "--shape",
+        choices=("smollm2-135m",),
+        default=None,
+        help="train a locally built model of this shape instead of --model",
+    )
     parser.add_argument("--arm", choices=(*ARMS, "eval"), help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, default=OUT, help=argparse.SUPPRESS)
     opts = parser.parse_args()
