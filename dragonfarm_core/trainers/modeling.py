@@ -186,13 +186,13 @@ def with_fast_dropout(model: Any) -> Any:
 
 class LoraDelta(torch.autograd.Function):
     """One LoRA layer's addition, B(A(dropout(x))) * scaling in the adapter's float32, that
-    keeps for the backward what the base layer already has: `x` as it came (bfloat16 over a
-    bfloat16 base, the same tensor the base layer's product saved) and the dropout's 1-byte
-    mask. peft's forward keeps the dropped input cast to float32 for lora_A's gradient, in
-    every adapted layer: on the SmolLM2-135M shape (LoRA on all 7 linear layers of 30, a batch
-    of 4 x 215 tokens) those copies were 0.5 GiB of the forward's 1.4 GiB of saved tensors.
-    Here the dropped input is made again in the backward (a cast and a select: the mask and
-    the scale are the forward's, so are the values)."""
+    keeps for the backward `x` as it came (bfloat16 over a bfloat16 base; one tensor for the
+    layers that read it: q, k and v, gate and up) and the dropout's 1-byte mask. peft's
+    forward keeps the dropped input cast to float32 for lora_A's gradient, in every adapted
+    layer: on the SmolLM2-135M shape (LoRA on all 7 linear layers of 30, a batch of 4 x 215
+    tokens) those copies were 0.5 GiB of the forward's 1.4 GiB of saved tensors. Here the
+    dropped input is made again in the backward (a cast and a select: the mask and the scale
+    are the forward's, so are the values)."""
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cpu")  # under autocast both passes compute as peft's
