@@ -161,7 +161,7 @@ class FastDropout(torch.nn.Dropout):
             return x
         if x.device.type != "cpu":
             return super().forward(x)
-        return torch.where(self.kept(x), x * self.scale, 0.0)
+        return _dropped(x, x.dtype, self.kept(x), self.scale)
 
     def kept(self, x: torch.Tensor) -> torch.Tensor:
         """A CPU mask of `x`'s shape: True where a value is kept (drawn as the class says)."""
@@ -324,7 +324,7 @@ def learned_losses(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Te
         F.cross_entropy(lm_head_logits(causal, h).float(), t, reduction="none")
         for h, t in zip(hidden.split(rows), targets[keep].split(rows), strict=True)
     ]
-    return (torch.cat(losses) if len(losses) != 1 else losses[0]), keep
+    return torch.cat(losses), keep
 
 
 def label_loss(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
