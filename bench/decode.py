@@ -12,8 +12,10 @@ Decode speed of every generation path on the same model, prompts and GGUF, all i
   trainers' samples and rollouts);
 - ours_half: the same loop in the worker's half precision on this CPU (`cpu_half_dtype`):
   bfloat16 with float16 copies for one-row steps (`add_row_copies`) on a CPU with bf16
-  instructions, float16 on others; the worker's "auto" on an AVX2/AVX-512 CPU from 50M
-  parameters, which merges a run's adapter at load;
+  instructions, float16 on others, the one-row step compiled (`warm_compiled`, as the worker
+  compiles it after a load; its time is `*_half_compile_s`, not counted in the speeds); the
+  worker's "auto" on an AVX2/AVX-512 CPU from 50M parameters, which merges a run's adapter at
+  load; ours_half_eager: the same without the compiled step;
 - llama.cpp: llama-server on the same weights as an f16 GGUF, 2 threads; batch 8 is 8
   requests at once on 8 slots.
 
@@ -124,12 +126,17 @@ def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> d
         decode,
         lay_out_for_decoding,
     )
-    from dragonfarm_core.inference.worker_step import add_row_copies
+    from dragonfarm_core.inference.worker_step import add_row_copies, warm_compiled
     from dragonfarm_core.trainers.grpo_rollout import left_pad
 
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    half_eager = AutoModelForCausalLM.from_pretrained(folder, dtype=cpu_half_dtype())
+    add_row_copies(half_eager)  # bfloat16 only
     half = AutoModelForCausalLM.from_pretrained(folder, dtype=cpu_half_dtype())
-    add_row_copies(half)  # bfloat16 only
+    add_row_copies(half)
+    start = time.perf_counter()
+    warm_compiled(half)  # False without the copies (a CPU without bf16): then as eager
+    compile_s = time.perf_counter() - start
     laid_out = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     lay_out_for_decoding(laid_out)  # what the worker does to a float32 model
     pad = model.config.pad_token_id
@@ -146,8 +153,9 @@ def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> d
 
         return run
 
-    results = {}
+    results = {"half_compile_s": compile_s}
     for name, run in (("plain", plain), ("ours_unlaid", loop(model)), ("ours", loop(laid_out)),
+                      ("ours_half_eager", loop(half_eager.eval())),
                       ("ours_half", loop(half.eval()))):  # fmt: skip
         run(*left_pad(rows[:1], pad))  # warm
         for size in (1, batch):
@@ -211,11 +219,13 @@ def backend_speeds(folder: Path, path: Path, texts: list[str], new: int) -> dict
 
 def worker_first_token(folder: Path, texts: list[str]) -> float:
     """The warm worker's first token (dtype auto): a whole chat call that asks for one new
-    token, median of the prompts twice. The first *visible* piece is not timed here: random
+    token, median of the prompts twice, once the worker has compiled chat's step. The first *visible* piece is not timed here: random
     weights often start with tokens that print nothing, so it would time their luck."""
     one, spec = Sampling(1, 0.0), resolve_target(str(folder)).spec
     b = backend_local()
     b.chat(spec, [{"role": "user", "content": texts[0]}], one, lambda _: None)  # warm
+    while b.status()["compiling"]:  # chat's step, compiled in the background after the load
+        time.sleep(1)
     times = []
     for text in texts * 2:
         start = time.perf_counter()
@@ -265,6 +275,8 @@ def main() -> None:
             line[f"{key}_b{size}_ours_over_llama"] = r[f"ours_b{size}"] / r[f"llama_b{size}"]
             line[f"{key}_b{size}_plain_over_llama"] = r[f"plain_b{size}"] / r[f"llama_b{size}"]
             line[f"{key}_b{size}_half_over_llama"] = r[f"ours_half_b{size}"] / r[f"llama_b{size}"]
+        line[f"{key}_b1_compiled_over_eager"] = r["ours_half_b1"] / r["ours_half_eager_b1"]
+        line[f"{key}_half_compile_s"] = r["turns"][0]["half_compile_s"]
     if "backends" in results:
         b = results["backends"]
         line["llamacpp_backend_over_server"] = (

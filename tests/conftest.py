@@ -20,6 +20,10 @@ from dragonfarm_core.rundir import launch, location
 os.environ["DRAGONFARM_QUEUE_DIR"] = tempfile.mkdtemp(prefix="dragonfarm-test-queue-")
 atexit.register(shutil.rmtree, os.environ["DRAGONFARM_QUEUE_DIR"], True)
 os.environ["DRAGONFARM_PASS_ENV"] = "FAKE_TRAINER_*,FAKE_WORKER_*"
+# Workers do not compile their one-row step (seconds of a core each load, in a background
+# thread): tests/inference/test_worker_step.py and test_worker_dtype.py turn it on where they
+# test it.
+os.environ["DRAGONFARM_COMPILE_DECODE"] = "0"
 
 
 @pytest.fixture

@@ -20,7 +20,11 @@ of `worker_decode.HALF_PRECISION_FROM` parameters or more in half precision wher
 AVX2 or AVX-512 kernels, and a smaller one, such as the bundled model, in float32: on a CPU
 with bf16 instructions in bfloat16 with float16 copies of its matrices for one-row steps
 (`worker_step.add_row_copies`: chat reads float16, the prompt and batches bfloat16), elsewhere
-in float16 (figures in worker_decode). In float32 the base is the run's model with its adapter
+in float16 (figures in worker_decode). With those copies, once the request that loaded the
+model is answered, the worker compiles chat's one-row step in a background thread
+(`worker_step.warm_compiled`; seconds to a minute, during which replies run on the uncompiled
+step, slower while the compiler holds Python's lock) unless DRAGONFARM_COMPILE_DECODE=0 or no
+C++ compiler is on PATH (`compiles_decode`). In float32 the base is the run's model with its adapter
 disabled in place; in half precision on a CPU the run's adapter is merged into its weights at
 load and the base is held as a model of its own (see `Models.merges_at_load`).
 """
@@ -32,7 +36,9 @@ import contextlib
 import gc
 import json
 import os
+import shutil
 import sys
+import threading
 import time
 import traceback
 from collections import OrderedDict
@@ -44,6 +50,8 @@ import psutil
 BATCH_SIZE = 16
 HELD_MODELS = 2
 HEARTBEAT_S = 1.0
+# "0" keeps chat's one-row step uncompiled (worker_step.warm_compiled).
+COMPILE_ENV = "DRAGONFARM_COMPILE_DECODE"
 
 
 class Channel:
@@ -104,6 +112,35 @@ def cpu_half_dtype() -> Any:
     return torch.bfloat16 if cpu_has_bf16() else torch.float16
 
 
+def compiles_decode() -> bool:
+    """Whether the worker compiles the one-row step of a model with row copies: unless
+    DRAGONFARM_COMPILE_DECODE is 0, where a C++ compiler is on PATH (inductor's CPU kernels are
+    C++, built by the compiler in CXX, else c++, g++ or clang++)."""
+    if os.environ.get(COMPILE_ENV, "1").strip() == "0":
+        return False
+    names = [os.environ.get("CXX", ""), "c++", "g++", "clang++"]
+    return any(name and shutil.which(name) for name in names)
+
+
+def warm_in_background(model: Any) -> threading.Thread:
+    """Compile `model`'s one-row step in a daemon thread (worker_step.warm_compiled); a failure
+    is logged and leaves the uncompiled step in use."""
+    from dragonfarm_core.inference.worker_step import warm_compiled
+
+    def warm() -> None:
+        start = time.monotonic()
+        try:
+            warm_compiled(model)
+        except Exception as exc:  # noqa: BLE001 - any compiler failure: chat keeps working
+            print(f"decode step not compiled ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return
+        print(f"decode step compiled in {time.monotonic() - start:.1f} s", file=sys.stderr)
+
+    thread = threading.Thread(target=warm, name="compile-decode-step", daemon=True)
+    thread.start()
+    return thread
+
+
 class Models:
     """The loaded models, least recently used first; at most HELD_MODELS of them."""
 
@@ -120,6 +157,8 @@ class Models:
         self.loads = 0
         # Models whose half-precision values overflowed: loaded in float32 from then on.
         self.full_precision: set[tuple] = set()
+        self.to_compile: list[Any] = []  # loaded with row copies, not yet compiling
+        self.compiling: list[threading.Thread] = []  # warm_in_background's threads
 
     def merges_at_load(self, spec: dict[str, Any]) -> bool:
         """Whether a run's adapter goes into its weights at load (merge_and_unload).
@@ -229,8 +268,21 @@ class Models:
 
             # Chosen by "auto": float16 for one row, bfloat16 for more. The copies take what
             # the model takes; they are left out when they would fill half the free memory.
-            add_row_copies(model, limit_bytes=psutil.virtual_memory().available // 2)
+            copies = add_row_copies(model, limit_bytes=psutil.virtual_memory().available // 2)
+            if copies and compiles_decode():
+                self.to_compile.append(model)  # once the request that loads it is answered
         return model, tokenizer
+
+    def compile_loaded(self) -> None:
+        """Start compiling the one-row step of each model loaded since the last call (and still
+        held), each in a background thread (`warm_in_background`). The worker calls this once a
+        request is answered, so that compiling does not slow the reply that loaded the model."""
+        held = [model for model, _ in self.held.values()]
+        self.compiling = [t for t in self.compiling if t.is_alive()]
+        for model in self.to_compile:
+            if any(model is m for m in held):
+                self.compiling.append(warm_in_background(model))
+        self.to_compile = []
 
     def free(self) -> None:
         import torch
@@ -248,7 +300,16 @@ class Models:
             "half_precision": str(self.half_dtype),
             "loaded": [{"base": b, "adapters": list(a), "adapter": ad} for b, a, ad in self.held],
             "loads": self.loads,
+            "compiled_steps": sum(compiled(model) for model, _ in self.held.values()),
+            "compiling": len(self.to_compile) + sum(t.is_alive() for t in self.compiling),
         }
+
+
+def compiled(model: Any) -> bool:
+    """Whether `model`'s one-row step runs compiled (worker_step.warm_compiled has finished)."""
+    from dragonfarm_core.inference.worker_step import COMPILED_STEP, base_model
+
+    return getattr(base_model(model), COMPILED_STEP, None) is not None
 
 
 def make_streamer(tokenizer: Any, channel: Channel, rid: int, stream: bool) -> Any:
@@ -428,6 +489,7 @@ def serve(channel: Channel, models: Models) -> None:
             print(f"request {rid} failed", file=sys.stderr)
             traceback.print_exc()
             channel.send({"id": rid, "event": "error", "error": describe(e)})
+        models.compile_loaded()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,6 +3,8 @@ overflows: the worker's own functions in this process, on the tiny Llama."""
 
 from __future__ import annotations
 
+import io
+import json
 import shutil
 
 import pytest
@@ -103,6 +105,58 @@ def test_in_bfloat16_the_merged_run_gets_float16_copies_and_answers_as_in_float3
     plain = worker.Models("cpu", torch.bfloat16)
     worker.generate(plain, request(spec), Sink())
     assert not hasattr(next(iter(plain.held.values()))[0], worker_step.ROW_COPIES)
+
+
+def test_the_worker_compiles_chats_step_after_the_load_and_answers_the_same(
+    tiny_run, tiny_model, monkeypatch
+):
+    """With row copies the worker compiles the one-row step in a background thread once the
+    request that loaded the model is answered (tests/conftest.py turns that off for the other
+    tests); replies before, during and after are the same, and the later ones go through the
+    compiled step."""
+    from torch._dynamo.utils import counters
+
+    spec = resolve_target(str(tiny_run)).spec.as_dict()
+    size = Shape.read(spec["base"]).params()
+    settings = ("cpu", torch.float32, size, torch.bfloat16)
+    monkeypatch.setenv(worker.COMPILE_ENV, "0")
+    assert not worker.compiles_decode()
+    plain = worker.Models(*settings)
+    want = worker.generate(plain, request(spec), Sink())
+    assert not plain.compiling and plain.status()["compiled_steps"] == 0
+
+    monkeypatch.setenv(worker.COMPILE_ENV, "1")
+    if not worker.compiles_decode():
+        pytest.skip("no C++ compiler on PATH: the worker keeps the uncompiled step")
+    models = worker.Models(*settings)
+    loaded = []
+    real_compile = models.compile_loaded
+
+    def compile_loaded():  # serve calls it once each request is answered
+        loaded.append((models.status()["compiling"], list(models.compiling)))
+        real_compile()
+
+    monkeypatch.setattr(models, "compile_loaded", compile_loaded)
+    sink = Sink()
+    line = json.dumps({**request(spec), "op": "generate"})
+    monkeypatch.setattr("sys.stdin", io.StringIO(line + "\n"))
+    worker.serve(sink, models)
+    assert sink.events[-1] == {"id": 1, "event": "done", "texts": want}
+    assert loaded == [(1, [])]  # waiting, not started while the request was answered
+    [thread] = models.compiling
+    assert worker.generate(models, request(spec), Sink()) == want  # during, most likely
+    thread.join(timeout=600)
+    assert models.status()["compiled_steps"] == 1 and models.status()["compiling"] == 0
+    inner = worker_step.base_model(next(iter(models.held.values()))[0])
+    compiled = getattr(inner, worker_step.COMPILED_STEP)
+    calls = []
+    monkeypatch.setattr(
+        inner, worker_step.COMPILED_STEP, lambda *a: calls.append(1) or compiled(*a)
+    )
+    graphs = counters["stats"]["unique_graphs"]
+    assert worker.generate(models, request(spec), Sink()) == want
+    assert len(calls) == 9  # 10 new tokens: every step after the prompt's
+    assert counters["stats"]["unique_graphs"] == graphs  # compiled as the worker decodes
 
 
 def test_half_precision_merges_the_run_and_holds_its_base_apart(tiny_run, tiny_model):

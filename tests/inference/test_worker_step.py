@@ -229,3 +229,37 @@ def test_row_copies_are_only_for_a_bfloat16_model_on_a_cpu_and_within_the_limit(
     assert worker_step.add_row_copies(qwen2().to(torch.float16)) == 0
     model = built(Qwen3ForCausalLM, Qwen3Config(**SHAPE)).to(torch.bfloat16)
     assert worker_step.add_row_copies(model) == 0  # a shape the step does not know
+
+
+@pytest.mark.parametrize("make", [qwen2, llama3_scaled], ids=["qwen2", "llama3-rope-scaling"])
+def test_the_compiled_one_row_step_decodes_what_the_step_decodes(make):
+    """warm_compiled compiles the one-row step on the float16 copies for every reply length at
+    once: replies of two lengths afterwards (in inference mode, as the worker decodes) compile
+    nothing more, and are the uncompiled step's token for token; a batch keeps the uncompiled
+    step."""
+    from torch._dynamo.utils import counters
+
+    model = make().to(torch.bfloat16)
+    assert not worker_step.warm_compiled(model)  # no copies yet: nothing to compile
+    assert worker_step.add_row_copies(model) > 0
+    ids, mask = padded_batch()
+    row, row_mask = ids[:1], mask[:1]
+    want = {new: ours(model, row, row_mask, new) for new in (12, 30)}
+    assert worker_step.warm_compiled(model)
+    compiled = getattr(model, worker_step.COMPILED_STEP)
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return compiled(*args)
+
+    setattr(model, worker_step.COMPILED_STEP, counted)
+    graphs = counters["stats"]["unique_graphs"]
+    with torch.inference_mode():  # as the worker decodes
+        for new, tokens in want.items():
+            assert torch.equal(ours(model, row, row_mask, new), tokens)
+        assert len(calls) == 12 - 1 + 30 - 1  # every step after the prompt's
+        assert counters["stats"]["unique_graphs"] == graphs  # no compile after the warm-up
+        batch_calls = len(calls)
+        ours(model, ids, mask, 4)
+    assert len(calls) == batch_calls
