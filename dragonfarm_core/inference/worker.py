@@ -24,9 +24,9 @@ in float16 (figures in worker_decode). With those copies, once the request that 
 model is answered, the worker compiles chat's one-row step in a background thread
 (`worker_step.warm_compiled`; seconds to a minute, during which replies run on the uncompiled
 step, slower while the compiler holds Python's lock) unless DRAGONFARM_COMPILE_DECODE=0 or no
-C++ compiler is on PATH (`compiles_decode`). In float32 the base is the run's model with its adapter
-disabled in place; in half precision on a CPU the run's adapter is merged into its weights at
-load and the base is held as a model of its own (see `Models.merges_at_load`).
+C++ compiler is on PATH (`compiles_decode`). In float32 the base is the run's model with its
+adapter disabled in place; in half precision on a CPU the run's adapter is merged into its
+weights at load and the base is held as a model of its own (see `Models.merges_at_load`).
 """
 
 from __future__ import annotations
