@@ -6,16 +6,16 @@ Decode speed of every generation path on the same model, prompts and GGUF, all i
 - plain: transformers' `model.generate` in this process, torch's default threads (what the
   worker and the trainers' samples did before `worker_decode`);
 - ours: `worker_decode.decode`, the shared loop the worker and the trainers use (its trimmed
-  step, worker_step, after the prompt), with its thread rule (`cpu_threads`), in float32 (the
-  worker's "auto" on a CPU below 50M parameters) with the weights laid out as the worker
-  lays out a float32 model (`lay_out_for_decoding`); ours_unlaid: the same as loaded (the
-  trainers' samples and rollouts);
-- ours_half: the same loop in the worker's half precision on this CPU (`cpu_half_dtype`):
-  bfloat16 with float16 copies for one-row steps (`add_row_copies`) on a CPU with bf16
-  instructions, float16 on others, the one-row step compiled (`warm_compiled`, as the worker
-  compiles it after a load; its time is `*_half_compile_s`, not counted in the speeds); the
-  worker's "auto" on an AVX2/AVX-512 CPU from 50M parameters, which merges a run's adapter at
-  load; ours_half_eager: the same without the compiled step;
+  step, worker_step, after the prompt), with its thread rule (`cpu_threads`), in float32 with
+  the weights laid out as the worker lays out a float32 model (`lay_out_for_decoding`): the
+  worker's `--dtype float32`; ours_unlaid: the same as loaded (the trainers' samples and
+  rollouts);
+- ours_auto: the same loop on the model as the worker's "auto" loads it on this CPU
+  (`worker.Models.load`): below 50M parameters float32, from there bfloat16 on a CPU with bf16
+  instructions (float16 on other AVX CPUs), each with float16 copies of its matrices for
+  one-row steps (`add_row_copies`), the one-row step compiled (`warm_compiled`, as the worker
+  compiles it after a load; its time is `*_auto_compile_s`, not counted in the speeds);
+  ours_auto_eager: the same without the compiled step;
 - llama.cpp: llama-server on the same weights as an f16 GGUF, 2 threads; batch 8 is 8
   requests at once on 8 slots.
 
@@ -24,12 +24,14 @@ on the bundled model and on a SmolLM2-135M-shaped model (its real config, random
 bundled tokenizer; built here in bench/out/, never downloaded; its GGUF is converted without
 the template check, whose greedy comparison means nothing on random weights). Tokens/s are new
 tokens over wall time, prompt included (the prompts are a few dozen tokens). Then, on the
-bundled model, the backends as chat uses them: the warm worker (`backend_local`) and
-`backend_llamacpp` on the same GGUF, streamed, stopping at the end of the reply: first token
-and decode tokens/s, and the llama.cpp backend's speed over llama-server's own on those replies
-(its overhead). On the 135M shape, the warm worker's first token: a chat call for one new
-token, prompt and template included (`smol_worker_first_token_s`). The torch arms and llama-server take turns `--repeats` times and each speed is
-the median of its turns (on a shared VM llama.cpp's own speed varied by a third between runs).
+bundled model, the backends as chat uses them: the warm worker (`backend_local`), once it has
+compiled chat's step, and `backend_llamacpp` on the same GGUF, streamed, stopping at the end of
+the reply: first token and decode tokens/s, and the llama.cpp backend's speed over
+llama-server's own on those replies (its overhead). On the 135M shape, the warm worker's first
+token: a chat call for one new token, prompt and template included
+(`smol_worker_first_token_s`). The torch arms and llama-server take turns `--repeats` times
+and each speed is the median of its turns (on a shared VM llama.cpp's own speed varied by a
+third between runs).
 Results go to bench/out/decode.json; the last line holds the ratios of those medians.
 """
 
@@ -114,28 +116,29 @@ def prompt_ids(folder: Path, texts: list[str]) -> list[list[int]]:
 
 
 def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> dict[str, float]:
-    """plain generate(), our decode loop in float32 and in the worker's half precision, batch
-    1 (each prompt) and `batch` (one batch)."""
+    """plain generate(), our decode loop in float32 and on the model as the worker's "auto"
+    loads it, batch 1 (each prompt) and `batch` (one batch)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from dragonfarm_core.inference.worker import cpu_half_dtype
+    from dragonfarm_core.inference import worker
     from dragonfarm_core.inference.worker_decode import (
         Decoding,
         cpu_threads,
         decode,
         lay_out_for_decoding,
     )
-    from dragonfarm_core.inference.worker_step import add_row_copies, warm_compiled
+    from dragonfarm_core.inference.worker_step import warm_compiled
     from dragonfarm_core.trainers.grpo_rollout import left_pad
 
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    half_eager = AutoModelForCausalLM.from_pretrained(folder, dtype=cpu_half_dtype())
-    add_row_copies(half_eager)  # bfloat16 only
-    half = AutoModelForCausalLM.from_pretrained(folder, dtype=cpu_half_dtype())
-    add_row_copies(half)
+    spec = resolve_target(str(folder)).spec.as_dict()
+    auto = worker.Models("cpu", torch.float32, worker.cpu_half_from("cpu", "auto"),
+                         worker.cpu_half_dtype())  # fmt: skip
+    auto_eager, _ = auto.load(spec)
+    auto_model, _ = auto.load(spec)
     start = time.perf_counter()
-    warm_compiled(half)  # False without the copies (a CPU without bf16): then as eager
+    warm_compiled(auto_model)  # False without copies (a CPU without AVX): then as eager
     compile_s = time.perf_counter() - start
     laid_out = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     lay_out_for_decoding(laid_out)  # what the worker does to a float32 model
@@ -153,10 +156,10 @@ def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> d
 
         return run
 
-    results = {"half_compile_s": compile_s}
+    results = {"auto_compile_s": compile_s}
     for name, run in (("plain", plain), ("ours_unlaid", loop(model)), ("ours", loop(laid_out)),
-                      ("ours_half_eager", loop(half_eager.eval())),
-                      ("ours_half", loop(half.eval()))):  # fmt: skip
+                      ("ours_auto_eager", loop(auto_eager)),
+                      ("ours_auto", loop(auto_model))):  # fmt: skip
         run(*left_pad(rows[:1], pad))  # warm
         for size in (1, batch):
             groups = [rows[i : i + 1] for i in range(len(rows))] if size == 1 else [
@@ -208,6 +211,8 @@ def backend_speeds(folder: Path, path: Path, texts: list[str], new: int) -> dict
     for name, b in (("worker", backend_local()), ("llamacpp", backend_llamacpp(
             path, threads=THREADS, slots=1))):  # fmt: skip
         b.chat(spec, [{"role": "user", "content": texts[0]}], greedy, lambda _: None)  # warm
+        if name == "worker":
+            wait_compiled(b)
         found[name] = summary([timed_chat(b, spec, t, greedy, count) for t in texts * 2])
         getattr(b, "stop", worker_stop)()
     with LlamaServer.start(gguf.find_llama_cpp(), path, threads=THREADS,
@@ -217,15 +222,21 @@ def backend_speeds(folder: Path, path: Path, texts: list[str], new: int) -> dict
     return found
 
 
+def wait_compiled(worker) -> None:
+    """Until the worker has compiled chat's step (in the background after a load)."""
+    while worker.status()["compiling"]:
+        time.sleep(1)
+
+
 def worker_first_token(folder: Path, texts: list[str]) -> float:
     """The warm worker's first token (dtype auto): a whole chat call that asks for one new
-    token, median of the prompts twice, once the worker has compiled chat's step. The first *visible* piece is not timed here: random
-    weights often start with tokens that print nothing, so it would time their luck."""
+    token, median of the prompts twice, once the worker has compiled chat's step. The first
+    *visible* piece is not timed here: random weights often start with tokens that print
+    nothing, so it would time their luck."""
     one, spec = Sampling(1, 0.0), resolve_target(str(folder)).spec
     b = backend_local()
     b.chat(spec, [{"role": "user", "content": texts[0]}], one, lambda _: None)  # warm
-    while b.status()["compiling"]:  # chat's step, compiled in the background after the load
-        time.sleep(1)
+    wait_compiled(b)
     times = []
     for text in texts * 2:
         start = time.perf_counter()
@@ -274,9 +285,9 @@ def main() -> None:
         for size in (1, args.batch):
             line[f"{key}_b{size}_ours_over_llama"] = r[f"ours_b{size}"] / r[f"llama_b{size}"]
             line[f"{key}_b{size}_plain_over_llama"] = r[f"plain_b{size}"] / r[f"llama_b{size}"]
-            line[f"{key}_b{size}_half_over_llama"] = r[f"ours_half_b{size}"] / r[f"llama_b{size}"]
-        line[f"{key}_b1_compiled_over_eager"] = r["ours_half_b1"] / r["ours_half_eager_b1"]
-        line[f"{key}_half_compile_s"] = r["turns"][0]["half_compile_s"]
+            line[f"{key}_b{size}_auto_over_llama"] = r[f"ours_auto_b{size}"] / r[f"llama_b{size}"]
+        line[f"{key}_b1_compiled_over_eager"] = r["ours_auto_b1"] / r["ours_auto_eager_b1"]
+        line[f"{key}_auto_compile_s"] = r["turns"][0]["auto_compile_s"]
     if "backends" in results:
         b = results["backends"]
         line["llamacpp_backend_over_server"] = (

@@ -15,18 +15,20 @@ lands in the log (stderr) instead of corrupting the protocol.
        {"id", "event": "done", "texts": [...]} or {"id", "event": "error", "error": "..."}
 
 The last two models stay loaded (least recently used goes first), so switching between a run
-and another, or between a run and its base, costs no reload. On a CPU "auto" loads a model
-of `worker_decode.HALF_PRECISION_FROM` parameters or more in half precision where torch has
-AVX2 or AVX-512 kernels, and a smaller one, such as the bundled model, in float32: on a CPU
-with bf16 instructions in bfloat16 with float16 copies of its matrices for one-row steps
-(`worker_step.add_row_copies`: chat reads float16, the prompt and batches bfloat16), elsewhere
-in float16 (figures in worker_decode). With those copies, once the request that loaded the
-model is answered, the worker compiles chat's one-row step in a background thread
+and another, or between a run and its base, costs no reload. On a CPU where torch has AVX2 or
+AVX-512 kernels "auto" loads a model of `worker_decode.HALF_PRECISION_FROM` parameters or more
+in half precision (bfloat16 on a CPU with bf16 instructions, float16 elsewhere) and a smaller
+one, such as the bundled model, in float32; a float32 or bfloat16 model gets float16 copies of
+its matrices for one-row steps (`worker_step.add_row_copies`: chat reads float16, the prompt and
+batches the model's own weights; figures in worker_decode), decoded on the cores other
+processes leave idle (`worker_decode.decode_threads`). With those copies, once the request that
+loaded the model is answered, the worker compiles chat's one-row step in a background thread
 (`worker_step.warm_compiled`; seconds to a minute, during which replies run on the uncompiled
 step, slower while the compiler holds Python's lock) unless DRAGONFARM_COMPILE_DECODE=0 or no
-C++ compiler is on PATH (`compiles_decode`). In float32 the base is the run's model with its
-adapter disabled in place; in half precision on a CPU the run's adapter is merged into its
-weights at load and the base is held as a model of its own (see `Models.merges_at_load`).
+C++ compiler is on PATH (`compiles_decode`). Without copies, in float32, the base is the run's
+model with its adapter disabled in place; with them, or in half precision on a CPU, the run's
+adapter is merged into its weights at load and the base is held as a model of its own (see
+`Models.merges_at_load`).
 """
 
 from __future__ import annotations
@@ -88,8 +90,9 @@ def pick_device(device: str, dtype: str) -> tuple[str, Any]:
 
 def cpu_half_from(device: str, dtype: str) -> int | None:
     """With `--dtype auto` on a CPU whose torch has AVX2 or AVX-512 kernels: the parameter
-    count from which a model loads in float16 (worker_decode.HALF_PRECISION_FROM). None
-    elsewhere: without those kernels float16 ran at half float32's speed, and other CPUs
+    count from which a model loads in half precision (worker_decode.HALF_PRECISION_FROM); the
+    smaller ones load in float32 with float16 copies for one row (`Models.row_copies_for`).
+    None elsewhere: without those kernels float16 ran at half float32's speed, and other CPUs
     were not measured."""
     import torch
 
@@ -123,14 +126,19 @@ def compiles_decode() -> bool:
 
 
 def warm_in_background(model: Any) -> threading.Thread:
-    """Compile `model`'s one-row step in a daemon thread (worker_step.warm_compiled); a failure
-    is logged and leaves the uncompiled step in use."""
+    """Compile `model`'s one-row step in a daemon thread (worker_step.warm_compiled) for one
+    thread and for this thread's count (a new thread's own count is whatever was set last); a
+    failure is logged and leaves the uncompiled step in use."""
+    import torch
+
     from dragonfarm_core.inference.worker_step import warm_compiled
+
+    threads = (1, torch.get_num_threads())
 
     def warm() -> None:
         start = time.monotonic()
         try:
-            warm_compiled(model)
+            warm_compiled(model, threads)
         except Exception as exc:  # noqa: BLE001 - any compiler failure: chat keeps working
             print(f"decode step not compiled ({type(exc).__name__}: {exc})", file=sys.stderr)
             return
@@ -168,11 +176,26 @@ class Models:
         and unmerging half-precision weights in place each time a request switches between the
         run and its base would let rounding drift into the base. So the merge is done once, and
         the base is an entry of its own (two half-precision copies take what one float32 copy
-        took). Float32 and GPUs keep the adapter in place, switched off for the base.
+        took). So too for a model with row copies (`row_copies_for`): merging in place would
+        leave its copies behind. Other float32 models and GPUs keep the adapter in place,
+        switched off for the base.
         """
         import torch
 
-        return self.device == "cpu" and self.dtype_for(spec) != torch.float32
+        return self.device == "cpu" and (
+            self.dtype_for(spec) != torch.float32 or self.row_copies_for(spec)
+        )
+
+    def row_copies_for(self, spec: dict[str, Any]) -> bool:
+        """Whether the model gets float16 copies of its matrices for one-row steps
+        (worker_step.add_row_copies): under "auto" on a CPU with AVX2 or AVX-512 kernels
+        (`cpu_half_from`), a model held in float32 (the smaller ones) or bfloat16, unless its
+        float16 values overflowed before (then it is plain float32)."""
+        import torch
+
+        if self.half_from is None or self.key(spec) in self.full_precision:
+            return False
+        return self.dtype_for(spec) in (torch.float32, torch.bfloat16)
 
     def entry(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The spec as it is held: with the adapter merged at load, the base (adapter off) is
@@ -207,7 +230,7 @@ class Models:
         import torch
 
         key = self.key(spec)
-        if self.dtype_for(spec) == torch.float32:
+        if self.dtype_for(spec) == torch.float32 and not self.row_copies_for(spec):
             return False
         self.full_precision.add(key)
         if self.held.pop(key, None) is not None:
@@ -263,11 +286,12 @@ class Models:
             from dragonfarm_core.inference.worker_decode import lay_out_for_decoding
 
             lay_out_for_decoding(model)  # on a CPU: 1.26x chat tokens/s on the bundled model
-        if self.half_from is not None and dtype == torch.bfloat16:
+        if self.row_copies_for(spec):
             from dragonfarm_core.inference.worker_step import add_row_copies
 
-            # Chosen by "auto": float16 for one row, bfloat16 for more. The copies take what
-            # the model takes; they are left out when they would fill half the free memory.
+            # Chosen by "auto": float16 for one row, float32 or bfloat16 for more. The copies
+            # take half what a float32 model takes, what a bfloat16 one takes; they are left
+            # out when they would fill half the free memory.
             copies = add_row_copies(model, limit_bytes=psutil.virtual_memory().available // 2)
             if copies and compiles_decode():
                 self.to_compile.append(model)  # once the request that loads it is answered
@@ -501,6 +525,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     channel = Channel()
     device, dtype = pick_device(args.device, args.dtype)
+    if device == "cpu":
+        from dragonfarm_core.inference.worker_decode import watch_other_load
+
+        watch_other_load()  # chat's one-row steps decode on the cores others leave idle
     models = Models(device, dtype, cpu_half_from(device, args.dtype), cpu_half_dtype())
     channel.send({"event": "ready", **models.status()})
     serve(channel, models)

@@ -17,9 +17,9 @@ one thread 196-203 -> 234-240 in float32 and 238-291 -> 447-495 in float16 (wher
 attends in float32); the SmolLM2-135M shape in float16 on two threads 36.2 -> 42.3-46.4 (its
 time is in the matrix products).
 
-A bfloat16 model on a CPU can also carry float16 copies of its matrices (`add_row_copies`, the
-worker's "auto" for larger models on a CPU with bf16 instructions): a step of one row (chat)
-then reads those, a batch and the prompt the model's own bfloat16 weights. One row reads each
+A bfloat16 or float32 model on a CPU can also carry float16 copies of its matrices
+(`add_row_copies`, the worker's "auto" on a CPU with AVX2 or AVX-512 kernels): a step of one row
+(chat) then reads those, a batch and the prompt the model's own weights. One row reads each
 weight once a token (a matrix-vector product), and torch's float16 kernel for that moved the
 weights at 28 GB/s where bfloat16's moved them at 12 (the SmolLM2-135M shape's matrices, 2
 threads, beyond the cache); more rows (a matrix product) are the other way round: float16's
@@ -39,6 +39,7 @@ Imports torch: only the worker process and the trainers import this module.
 from __future__ import annotations
 
 import types
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,7 +199,7 @@ class Stacked:
         biases = [m.bias for m in modules]
         if any(b is None for b in biases) and any(b is not None for b in biases):
             return None
-        weight = torch.cat([m.weight.detach() for m in modules]).half()
+        weight = torch.cat([m.weight.detach() for m in modules]).half().contiguous()
         bias = None if biases[0] is None else torch.cat([b.detach() for b in biases]).half()
         sizes = tuple(m.out_features for m in modules)
         return cls(tuple(m.weight for m in modules), weight, bias, sizes)
@@ -233,15 +234,18 @@ def mlp_inputs(layer: Any) -> tuple[Any, ...]:
 
 
 def add_row_copies(model: Any, limit_bytes: int | None = None) -> int:
-    """Give a bfloat16 `model` on a CPU float16 copies of its projection weights and LM head,
-    read by one-row steps (see the module's docstring), q/k/v and gate/up stacked; returns the
-    bytes they take (0 when the model is not such a model or of a shape the step knows, or the
-    copies would take more than `limit_bytes`). The weights must not change afterwards (the
-    worker merges a run's adapter before this); an adapter left unmerged keeps working, its own
-    small matrices read as they are."""
+    """Give a bfloat16 or float32 `model` on a CPU float16 copies of its projection weights and
+    LM head, read by one-row steps (see the module's docstring), q/k/v and gate/up stacked;
+    returns the bytes they take (0 when the model is not such a model or of a shape the step
+    knows, or the copies would take more than `limit_bytes`). The weights must not change
+    afterwards (the worker merges a run's adapter before this); an adapter left unmerged keeps
+    working, its own small matrices read as they are. The copies are contiguous whatever the
+    weights' layout (`lay_out_for_decoding` transposes float32 ones): torch's float16
+    matrix-vector kernel reads rows."""
     inner = base_model(model)
     first = next(inner.parameters())
-    if first.device.type != "cpu" or first.dtype != torch.bfloat16 or not supported(inner):
+    dtypes = (torch.bfloat16, torch.float32)
+    if first.device.type != "cpu" or first.dtype not in dtypes or not supported(inner):
         return 0
     linears = [getattr(m, "base_layer", m) for m in linear_layers(inner)]
     # Each weight once (a tied LM head is the embedding's).
@@ -253,7 +257,11 @@ def add_row_copies(model: Any, limit_bytes: int | None = None) -> int:
         for layer in inner.model.layers
     ]
     covered = {w for pair in stacked for s in pair if s is not None for w in s.sources}
-    single = {w: w.detach().to(torch.float16) for w in weights if w not in covered}
+    single = {
+        w: w.detach().to(torch.float16, memory_format=torch.contiguous_format)
+        for w in weights
+        if w not in covered
+    }
     copies = RowCopies(single, stacked)
     setattr(inner, ROW_COPIES, copies)
     return copies.nbytes()
@@ -433,7 +441,7 @@ def compiled_compute(model: Any) -> Any:
 
 
 @torch.inference_mode()  # as the worker decodes: dynamo checks it (and the thread count)
-def warm_compiled(model: Any, prompt_len: int = 4) -> bool:
+def warm_compiled(model: Any, threads: Sequence[int] | None = None, prompt_len: int = 4) -> bool:
     """Compile the one-row step of `model` (a model with row copies, `add_row_copies`) and keep
     it on the model (COMPILED_STEP), where the steps built afterwards use it; False when the
     model has no copies. Compiling takes seconds to a minute (13 s for the bundled model's
@@ -441,11 +449,11 @@ def warm_compiled(model: Any, prompt_len: int = 4) -> bool:
     when inductor's cache already holds it), so the worker does it in the background after a
     load. Two buffer sizes and two positions each: dynamo's first compile takes every size as
     fixed, and recompiles once for the sizes it saw change; after these four calls the step
-    it keeps fits every reply length. Compiled as the worker decodes one row (inference mode,
-    `cpu_threads`): dynamo checks both, and a step called otherwise compiles again."""
+    it keeps fits every reply length. Compiled under inference mode and for each thread count
+    in `threads` (default 1 and torch's current count: what `decode_threads` picks for one row
+    on copies, by the load of other processes): dynamo checks both, and a step called
+    otherwise compiles again."""
     from transformers import DynamicCache
-
-    from dragonfarm_core.inference.worker_decode import cpu_threads
 
     inner = base_model(model)
     if getattr(inner, ROW_COPIES, None) is None:
@@ -453,15 +461,20 @@ def warm_compiled(model: Any, prompt_len: int = 4) -> bool:
     compute = compiled_compute(inner)
     ids = torch.zeros(1, prompt_len, dtype=torch.long, device=next(inner.parameters()).device)
     token = ids.new_zeros(1)[:, None]  # as the loop passes it: dynamo also checks strides
-    with cpu_threads(inner, 1):
-        for room in (8, 24):
-            cache = DynamicCache(config=inner.config)
-            inner(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
-            step = DecodeStep.build(inner, cache, prompt_len, prompt_len + room)
-            if step is None or step.dtype != torch.float16:
-                return False
-            mask = ids.new_ones(1, prompt_len + room)
-            for slot in (prompt_len, prompt_len + 1):
-                compute(step, token, ids.new_tensor([[slot]]), slot, mask)
+    before = torch.get_num_threads()
+    try:
+        for count in sorted(set(threads or (1, before))):
+            torch.set_num_threads(count)
+            for room in (8, 24):
+                cache = DynamicCache(config=inner.config)
+                inner(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+                step = DecodeStep.build(inner, cache, prompt_len, prompt_len + room)
+                if step is None or step.dtype != torch.float16:
+                    return False
+                mask = ids.new_ones(1, prompt_len + room)
+                for slot in (prompt_len, prompt_len + 1):
+                    compute(step, token, ids.new_tensor([[slot]]), slot, mask)
+    finally:
+        torch.set_num_threads(before)
     setattr(inner, COMPILED_STEP, compute)
     return True

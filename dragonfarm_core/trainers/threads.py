@@ -1,5 +1,6 @@
 """How many threads torch trains on: the cores this process may use that no other process is
-busy on, and threads that sleep rather than spin while they wait for each other.
+busy on, and threads that sleep rather than spin while they wait for each other. (The worker's
+chat decode asks the same question at every reply: `OtherLoad`.)
 
 On a machine that is busy with something else (another training, tests, a browser), torch's
 default (one thread per core, OpenMP threads spinning at every barrier) is a disaster: measured
@@ -15,6 +16,8 @@ defaults with other processes busy.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import MutableMapping
 
 import psutil
@@ -34,6 +37,43 @@ def idle_cores(cores: int, sample_s: float = SAMPLE_S) -> float:
     """How many of `cores` no process used over `sample_s` seconds (this one sleeps meanwhile)."""
     busy = psutil.cpu_percent(interval=sample_s) / 100 * (psutil.cpu_count() or cores)
     return max(0.0, cores - busy)
+
+
+class OtherLoad:
+    """How many cores other processes keep busy, sampled every `every_s` seconds by a daemon
+    thread: all cores' use less this process's own, so that a decode in progress does not
+    count against itself. For a decode that starts at any moment, which `idle_cores` would make
+    wait a sample. `busy` is 0 until the first sample."""
+
+    def __init__(self, every_s: float = SAMPLE_S) -> None:
+        self.every_s = every_s
+        self.busy = 0.0
+        self.samples = 0
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> OtherLoad:
+        self.thread = threading.Thread(target=self.watch, name="other-load", daemon=True)
+        self.thread.start()
+        return self
+
+    def watch(self) -> None:
+        me = psutil.Process()
+        psutil.cpu_percent(interval=None)  # both count from here
+        me.cpu_percent(interval=None)
+        while True:
+            time.sleep(self.every_s)
+            self.sample(me)
+
+    def sample(self, me: psutil.Process) -> None:
+        """Update `busy` from the use since the previous sample."""
+        everyone = psutil.cpu_percent(interval=None) / 100 * (psutil.cpu_count() or 1)
+        self.busy = max(0.0, everyone - me.cpu_percent(interval=None) / 100)
+        self.samples += 1
+
+    def free_threads(self, most: int) -> int:
+        """Threads to run on, at most `most`: as many as this process's cores that the others
+        leave idle, at least 1."""
+        return max(1, min(most, round(usable_cores() - self.busy)))
 
 
 def choose_threads(environ: MutableMapping[str, str] | None = None) -> int | None:

@@ -242,3 +242,31 @@ def test_a_small_model_decodes_on_one_thread_and_the_count_comes_back(bundled, m
     monkeypatch.setenv("OMP_NUM_THREADS", str(before))  # the user's choice wins
     with cpu_threads(model):
         assert torch.get_num_threads() == before
+
+
+def test_one_row_on_row_copies_decodes_on_the_cores_others_leave_idle(monkeypatch):
+    """On float16 row copies one row pays for a second thread on an idle machine and loses
+    three quarters of its speed to a busy core (worker_decode.decode_threads): all threads
+    where nothing watches the load, the idle ones where the worker does."""
+    from dragonfarm_core.inference import worker_decode
+    from dragonfarm_core.inference.worker_step import add_row_copies
+    from dragonfarm_core.trainers import threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    model = AutoModelForCausalLM.from_pretrained(bundled_model_path(), dtype=torch.float32)
+    assert add_row_copies(model) > 0
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setattr(worker_decode, "_other_load", None)
+        assert worker_decode.decode_threads(model) == 2
+        load = threads.OtherLoad()
+        monkeypatch.setattr(worker_decode, "_other_load", load)
+        monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+        for busy, expected in ((0.0, 2), (0.3, 2), (0.8, 1), (1.9, 1)):
+            load.busy = busy
+            assert worker_decode.decode_threads(model) == expected
+        assert worker_decode.decode_threads(model, rows=4) == 1  # a small model's batch
+        assert worker_decode.decode_threads(model, rows=8) == 2
+    finally:
+        torch.set_num_threads(before)

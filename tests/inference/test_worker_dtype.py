@@ -68,7 +68,10 @@ def test_a_model_from_the_size_loads_in_float16_merged_and_a_smaller_one_in_floa
     spec = resolve_target(str(tiny_run)).spec.as_dict()
     size = Shape.read(spec["base"]).params()
     small = worker.Models("cpu", torch.float32, half_from=size + 1)
-    assert small.dtype_for(spec) == torch.float32 and not small.merges_at_load(spec)
+    assert small.dtype_for(spec) == torch.float32 and small.row_copies_for(spec)
+    assert small.merges_at_load(spec)  # in place, the merge would leave the copies behind
+    asked = worker.Models("cpu", torch.float32)  # --dtype float32: no copies, adapter in place
+    assert not asked.row_copies_for(spec) and not asked.merges_at_load(spec)
     large = worker.Models("cpu", torch.float32, half_from=size)
     assert large.dtype_for(spec) == torch.float16 and large.merges_at_load(spec)
     worker.generate(large, request(spec), Sink())
@@ -78,20 +81,22 @@ def test_a_model_from_the_size_loads_in_float16_merged_and_a_smaller_one_in_floa
     assert large.status()["float16_from_parameters"] == size
 
 
-def test_in_bfloat16_the_merged_run_gets_float16_copies_and_answers_as_in_float32(
-    tiny_run, tiny_model
+@pytest.mark.parametrize(("larger", "dtype"), [(0, torch.bfloat16), (1, torch.float32)])
+def test_under_auto_the_merged_run_gets_float16_copies_and_answers_as_in_float32(
+    tiny_run, tiny_model, larger, dtype
 ):
+    """A model from the size in bfloat16, a smaller one in float32: both with the copies."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     spec = resolve_target(str(tiny_run)).spec.as_dict()
     size = Shape.read(spec["base"]).params()
-    half = worker.Models("cpu", torch.float32, half_from=size, half_dtype=torch.bfloat16)
-    assert half.dtype_for(spec) == torch.bfloat16 and half.merges_at_load(spec)
+    half = worker.Models("cpu", torch.float32, half_from=size + larger, half_dtype=torch.bfloat16)
+    assert half.dtype_for(spec) == dtype and half.merges_at_load(spec)
     assert half.status()["half_precision"] == "torch.bfloat16"
     tuned = worker.generate(half, request(spec), Sink())
     model = next(iter(half.held.values()))[0]
     assert not any(isinstance(m, BaseTunerLayer) for m in model.modules())
-    assert next(model.parameters()).dtype == torch.bfloat16
+    assert next(model.parameters()).dtype == dtype
     copies = getattr(model, worker_step.ROW_COPIES)
     layers = model.config.num_hidden_layers
     assert len(copies.single) == 2 * layers + 1  # o and down of each layer, and the head
@@ -284,3 +289,17 @@ def test_an_overflow_after_streamed_pieces_fails_the_request_and_the_next_is_flo
     assert worker.generate(half, request(spec), Sink()) == worker.generate(
         worker.Models("cpu", torch.float32), request(spec), Sink()
     )
+
+
+def test_an_overflowing_model_under_auto_loses_its_float16_copies_and_is_answered(overflowing):
+    """A float32 model under auto reads float16 copies for one row: when they overflow it is
+    reloaded as plain float32 and the request answered."""
+    spec = resolve_target(str(overflowing)).spec.as_dict()
+    auto = worker.Models("cpu", torch.float32, half_from=Shape.read(spec["base"]).params() + 1)
+    assert auto.row_copies_for(spec)
+    replies = worker.generate(auto, request(spec), Sink())
+    assert replies == worker.generate(worker.Models("cpu", torch.float32), request(spec), Sink())
+    assert not auto.row_copies_for(spec) and auto.loads == 2
+    model = next(iter(auto.held.values()))[0]
+    assert next(model.parameters()).dtype == torch.float32
+    assert not hasattr(model, worker_step.ROW_COPIES)

@@ -184,17 +184,25 @@ def test_trimmed_off_keeps_model_forward(monkeypatch):
     assert len(calls) == 15  # only the trimmed call went through the step
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("make", [qwen2, llama3_scaled], ids=["qwen2", "llama3-rope-scaling"])
-def test_a_bfloat16_model_steps_one_row_on_its_float16_copies(make):
+def test_a_model_steps_one_row_on_its_float16_copies(make, dtype):
     """add_row_copies: one row's step reads float16 copies of the matrices, a batch the model's
-    bfloat16 weights; both give the logits of the same weights in float32 to half precision."""
+    own weights (bfloat16, or float32 laid out as the worker lays them out); both give the
+    logits of the same weights in float32 to half precision."""
     from transformers import DynamicCache
 
-    model = make().to(torch.bfloat16)
+    from dragonfarm_core.inference.worker_decode import lay_out_for_decoding
+
+    model = make().to(dtype)
     reference = make()
     reference.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+    if dtype == torch.float32:
+        assert lay_out_for_decoding(model) > 0  # transposed weights, contiguous copies
     assert worker_step.add_row_copies(model) > 0
     copies = getattr(model, worker_step.ROW_COPIES)
+    tensors = list(copies.single.values()) + [s.weight for p in copies.stacked for s in p if s]
+    assert all(t.dtype == torch.float16 and t.is_contiguous() for t in tensors)
     ids, mask = padded_batch()
     for rows in (ids[:1], ids):
         n = rows.shape[0]
@@ -205,7 +213,7 @@ def test_a_bfloat16_model_steps_one_row_on_its_float16_copies(make):
             assert step is not None
             heads = step.head.weight
             assert (step.dtype, heads.dtype) == ((torch.float16,) * 2 if n == 1 else
-                                                  (torch.bfloat16,) * 2)  # fmt: skip
+                                                  (dtype,) * 2)  # fmt: skip
             assert (heads is copies.single[model.lm_head.weight]) == (n == 1)
             qkv = step.layers[0][0]
             assert len(qkv.parts) == (1 if n == 1 else 3)  # one row: q, k, v stacked
@@ -220,13 +228,13 @@ def test_a_bfloat16_model_steps_one_row_on_its_float16_copies(make):
         torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=3e-3)
 
 
-def test_row_copies_are_only_for_a_bfloat16_model_on_a_cpu_and_within_the_limit():
+def test_row_copies_are_only_for_a_bfloat16_or_float32_model_on_a_cpu_within_the_limit():
     model = qwen2().to(torch.bfloat16)
     assert worker_step.add_row_copies(model, limit_bytes=1000) == 0  # the worker: free memory
     assert not hasattr(model, worker_step.ROW_COPIES)
     assert worker_step.add_row_copies(model, limit_bytes=10**9) > 0
-    assert worker_step.add_row_copies(qwen2()) == 0  # float32
-    assert worker_step.add_row_copies(qwen2().to(torch.float16)) == 0
+    assert worker_step.add_row_copies(qwen2()) > 0  # float32
+    assert worker_step.add_row_copies(qwen2().to(torch.float16)) == 0  # reads its own
     model = built(Qwen3ForCausalLM, Qwen3Config(**SHAPE)).to(torch.bfloat16)
     assert worker_step.add_row_copies(model) == 0  # a shape the step does not know
 

@@ -3,6 +3,11 @@ least one, sleeping OpenMP waits; what the user set wins. Its effect: bench/thre
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
+import psutil
 import pytest
 
 from dragonfarm_core.trainers import threads
@@ -37,3 +42,37 @@ def test_the_real_mask_and_sample_give_a_usable_count():
     cores = threads.usable_cores()
     chosen = threads.choose_threads({})
     assert cores >= 1 and chosen is not None and 1 <= chosen <= cores
+
+
+def test_the_other_load_counts_other_processes_not_this_one():
+    """What the worker's chat decode reads (OtherLoad): this process's own busy core is left
+    out, another process's counts."""
+    me, load = psutil.Process(), threads.OtherLoad()
+    psutil.cpu_percent(interval=None)
+    me.cpu_percent(interval=None)
+    end = time.monotonic() + 0.8
+    while time.monotonic() < end:
+        pass
+    load.sample(me)
+    mine = load.busy
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(1.5)  # the interpreter's start-up, then 0.8 s of the loop at least
+        psutil.cpu_percent(interval=None)
+        me.cpu_percent(interval=None)
+        time.sleep(0.8)
+        load.sample(me)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert mine < 0.7 < load.busy and load.samples == 2
+
+
+def test_the_other_load_is_sampled_in_the_background():
+    load = threads.OtherLoad(every_s=0.05).start()
+    end = time.monotonic() + 5
+    while load.samples < 2 and time.monotonic() < end:
+        time.sleep(0.05)
+    assert load.samples >= 2 and load.busy >= 0.0
+    assert load.thread is not None and load.thread.daemon
+    assert 1 <= load.free_threads(2) <= 2
