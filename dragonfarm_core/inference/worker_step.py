@@ -444,10 +444,10 @@ def compiled_compute(model: Any) -> Any:
 def warm_compiled(model: Any, threads: Sequence[int] | None = None, prompt_len: int = 4) -> bool:
     """Compile the one-row step of `model` (a model with row copies, `add_row_copies`) and keep
     it on the model (COMPILED_STEP), where the steps built afterwards use it; False when the
-    model has no copies. Compiling takes seconds to a minute (13 s for the bundled model's
-    shape, 45 s for the SmolLM2-135M shape on a 2-core machine the first time, a few seconds
-    when inductor's cache already holds it), so the worker does it in the background after a
-    load. Two buffer sizes and two positions each: dynamo's first compile takes every size as
+    model has no copies. Compiling takes seconds to a minute or more (for both thread counts
+    on a 2-core machine, the bundled model's shape 40 s the first time and 7 s when inductor's
+    cache already holds it, the SmolLM2-135M shape 18 s with the cache warm), so the worker
+    does it in the background after a load. Two buffer sizes and two positions each: dynamo's first compile takes every size as
     fixed, and recompiles once for the sizes it saw change; after these four calls the step
     it keeps fits every reply length. Compiled under inference mode and for each thread count
     in `threads` (default 1 and torch's current count: what `decode_threads` picks for one row
