@@ -2,9 +2,14 @@
 OpenMP waits) against the trainer's policy (dragonfarm_core/trainers/threads.py: the idle
 cores, sleeping waits). Each arm is its own process (OpenMP reads its wait policy at start-up)
 running LoRA steps on the bundled model (batch 4 x 200 tokens), first with no extra load, then
-with `--hogs` busy-looping processes. Last line: key=value, seconds per step over the policy's.
+with `--hogs` busy-looping processes. Then chat's decode the same way, with no load and beside
+`--decode-hogs` busy processes: one row on the bundled model as the worker's "auto" loads it
+(float16 row copies, the step compiled) on all threads (default) against the worker's policy
+(worker_decode.watch_other_load: the cores other processes leave idle), greedy, 128 tokens.
+Last line: key=value, seconds per step over the policy's; decode tokens/s, policy over default.
 
-    python bench/threads_under_load.py [--hogs 2] [--steps 8]
+    python bench/threads_under_load.py [--hogs 2] [--steps 8] [--decode-hogs 1] [--replies 5]
+                                       [--parts train,decode]
 """
 
 from __future__ import annotations
@@ -45,41 +50,108 @@ for _ in range(int(sys.argv[3])):
 print(json.dumps({"s_per_step": (time.perf_counter() - began) / int(sys.argv[3]), "line": line}))
 """
 
+DECODE = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import torch
+from dragonfarm_core.inference import worker, worker_decode
+from dragonfarm_core.inference.target import resolve_target
+from dragonfarm_core.inference.worker_step import warm_compiled
+from dragonfarm_core.models import bundled_model_path
+spec = resolve_target(str(bundled_model_path())).spec.as_dict()
+models = worker.Models("cpu", torch.float32, worker.cpu_half_from("cpu", "auto"),
+                       worker.cpu_half_dtype())
+model, tokenizer = models.load(spec)
+compiled = warm_compiled(model)
+if sys.argv[2] == "policy":
+    load = worker_decode.watch_other_load()
+    while load.samples < 2:
+        time.sleep(0.1)
+ids = tokenizer.apply_chat_template(
+    [{"role": "user", "content": "My router drops off Wi-Fi every evening. What should I try?"}],
+    add_generation_prompt=True, return_tensors="pt", return_dict=True)
+def reply():
+    with torch.inference_mode(), worker_decode.cpu_threads(model, 1):
+        worker_decode.decode(model, ids["input_ids"], ids["attention_mask"],
+                             worker_decode.Decoding(), max_new_tokens=128, stop=[],
+                             pad_id=tokenizer.pad_token_id)
+reply()
+began = time.perf_counter()
+for _ in range(int(sys.argv[3])):
+    reply()
+print(json.dumps({"tokens_per_s": 128 * int(sys.argv[3]) / (time.perf_counter() - began),
+                  "line": f"{worker_decode.decode_threads(model, 1)} threads, compiled {compiled}"}))
+"""
+
 
 def hog() -> None:
     while True:
         pass
 
 
-def arm(kind: str, steps: int) -> dict:
+def arm(kind: str, steps: int, code: str = ARM) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMP_")}
-    out = subprocess.run([sys.executable, "-c", ARM, str(ROOT), kind, str(steps)], env=env,
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT), kind, str(steps)], env=env,
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     return json.loads(out.strip().splitlines()[-1])
+
+
+def under_load(hogs: int, run) -> None:
+    """`run()` with `hogs` busy-looping processes beside it."""
+    busy = [multiprocessing.Process(target=hog, daemon=True) for _ in range(hogs)]
+    for h in busy:
+        h.start()
+    try:
+        run()
+    finally:
+        for h in busy:
+            h.terminate()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hogs", type=int, default=2, help="busy processes (default 2)")
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--decode-hogs", type=int, default=1, help="busy processes (default 1)")
+    parser.add_argument("--replies", type=int, default=5)
+    parser.add_argument("--parts", default="train,decode")
     opts = parser.parse_args()
-    results = {}
-    for load in (0, opts.hogs):
-        hogs = [multiprocessing.Process(target=hog, daemon=True) for _ in range(load)]
-        for h in hogs:
-            h.start()
-        try:
-            for kind in ("default", "policy"):
-                got = arm(kind, opts.steps)
-                results[(load, kind)] = got["s_per_step"]
-                print(f"{load} busy  {kind:<8} {got['s_per_step']:.3f} s/step  ({got['line']})",
-                      flush=True)  # fmt: skip
-        finally:
-            for h in hogs:
-                h.terminate()
-    quiet = results[(0, "default")] / results[(0, "policy")]
-    loaded = results[(opts.hogs, "default")] / results[(opts.hogs, "policy")]
-    print(f"quiet_default_over_policy={quiet:.2f} loaded_default_over_policy={loaded:.2f}")
+    parts, line = opts.parts.split(","), []
+    if "train" in parts:
+        steps = {}
+        for load in (0, opts.hogs):
+
+            def train(load=load):
+                for kind in ("default", "policy"):
+                    got = arm(kind, opts.steps)
+                    steps[(load, kind)] = got["s_per_step"]
+                    print(f"{load} busy  {kind:<8} {got['s_per_step']:.3f} s/step  "
+                          f"({got['line']})", flush=True)  # fmt: skip
+
+            under_load(load, train)
+        quiet = steps[(0, "default")] / steps[(0, "policy")]
+        loaded = steps[(opts.hogs, "default")] / steps[(opts.hogs, "policy")]
+        line += [
+            f"quiet_default_over_policy={quiet:.2f}",
+            f"loaded_default_over_policy={loaded:.2f}",
+        ]
+    if "decode" in parts:
+        speeds = {}
+        for load in (0, opts.decode_hogs):
+
+            def chat(load=load):
+                for kind in ("default", "policy"):
+                    got = arm(kind, opts.replies, DECODE)
+                    speeds[(load, kind)] = got["tokens_per_s"]
+                    print(f"{load} busy  decode {kind:<8} {got['tokens_per_s']:.0f} tokens/s  "
+                          f"({got['line']})", flush=True)  # fmt: skip
+
+            under_load(load, chat)
+        quiet = speeds[(0, "policy")] / speeds[(0, "default")]
+        loaded = speeds[(opts.decode_hogs, "policy")] / speeds[(opts.decode_hogs, "default")]
+        line += [f"quiet_decode_policy_over_default={quiet:.2f}",
+                 f"loaded_decode_policy_over_default={loaded:.2f}"]  # fmt: skip
+    print(" ".join(line))
 
 
 if __name__ == "__main__":
