@@ -96,16 +96,22 @@ def arm(kind: str, steps: int, code: str = ARM) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def under_load(hogs: int, run) -> None:
-    """`run()` with `hogs` busy-looping processes beside it."""
+def both_arms(hogs: int, count: int, code: str, key: str, label: str) -> dict[str, float]:
+    """Each arm's `key` figure, "default" then "policy", with `hogs` busy-looping processes
+    beside them."""
     busy = [multiprocessing.Process(target=hog, daemon=True) for _ in range(hogs)]
     for h in busy:
         h.start()
+    found = {}
     try:
-        run()
+        for kind in ("default", "policy"):
+            got = arm(kind, count, code)
+            found[kind] = got[key]
+            print(f"{hogs} busy  {label} {kind:<8} {got[key]:.4g} ({got['line']})", flush=True)
     finally:
         for h in busy:
             h.terminate()
+    return found
 
 
 def main() -> None:
@@ -118,39 +124,15 @@ def main() -> None:
     opts = parser.parse_args()
     parts, line = opts.parts.split(","), []
     if "train" in parts:
-        steps = {}
-        for load in (0, opts.hogs):
-
-            def train(load=load):
-                for kind in ("default", "policy"):
-                    got = arm(kind, opts.steps)
-                    steps[(load, kind)] = got["s_per_step"]
-                    print(f"{load} busy  {kind:<8} {got['s_per_step']:.3f} s/step  "
-                          f"({got['line']})", flush=True)  # fmt: skip
-
-            under_load(load, train)
-        quiet = steps[(0, "default")] / steps[(0, "policy")]
-        loaded = steps[(opts.hogs, "default")] / steps[(opts.hogs, "policy")]
-        line += [
-            f"quiet_default_over_policy={quiet:.2f}",
-            f"loaded_default_over_policy={loaded:.2f}",
-        ]
+        quiet, loaded = (both_arms(hogs, opts.steps, ARM, "s_per_step", "s/step")
+                         for hogs in (0, opts.hogs))  # fmt: skip
+        line += [f"quiet_default_over_policy={quiet['default'] / quiet['policy']:.2f}",
+                 f"loaded_default_over_policy={loaded['default'] / loaded['policy']:.2f}"]  # fmt: skip
     if "decode" in parts:
-        speeds = {}
-        for load in (0, opts.decode_hogs):
-
-            def chat(load=load):
-                for kind in ("default", "policy"):
-                    got = arm(kind, opts.replies, DECODE)
-                    speeds[(load, kind)] = got["tokens_per_s"]
-                    print(f"{load} busy  decode {kind:<8} {got['tokens_per_s']:.0f} tokens/s  "
-                          f"({got['line']})", flush=True)  # fmt: skip
-
-            under_load(load, chat)
-        quiet = speeds[(0, "policy")] / speeds[(0, "default")]
-        loaded = speeds[(opts.decode_hogs, "policy")] / speeds[(opts.decode_hogs, "default")]
-        line += [f"quiet_decode_policy_over_default={quiet:.2f}",
-                 f"loaded_decode_policy_over_default={loaded:.2f}"]  # fmt: skip
+        quiet, loaded = (both_arms(hogs, opts.replies, DECODE, "tokens_per_s", "decode tokens/s")
+                         for hogs in (0, opts.decode_hogs))  # fmt: skip
+        line += [f"quiet_decode_policy_over_default={quiet['policy'] / quiet['default']:.2f}",
+                 f"loaded_decode_policy_over_default={loaded['policy'] / loaded['default']:.2f}"]  # fmt: skip
     print(" ".join(line))
 
 
