@@ -168,6 +168,22 @@ def test_lora_dropout_is_the_fast_one_and_drops_p_of_the_values_scaled_as_torch_
     assert torch.equal(dropouts[0].train()(ones), ones)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_kept_only_gives_where_s_values_bit_for_bit(dtype):
+    x = torch.randn(3, 50, 40).to(dtype) * 1e3
+    x[0, 0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0])
+    kept = torch.rand(3, 50, 40) > 0.3
+    kept[0, 0, :4] = torch.tensor([True, True, False, False])
+    out = modeling._kept_only(x, kept)
+    expected = torch.where(kept, x, 0.0)
+    assert out.dtype == dtype
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+    assert torch.equal(out.view(bits), expected.view(bits))  # NaN kept, dropped -0.0 is +0.0
+    # a view that is not contiguous (the last dimension's stride is still 1)
+    assert torch.equal(modeling._kept_only(x[:, ::2], kept[:, ::2]).view(bits),
+                       expected[:, ::2].view(bits))  # fmt: skip
+
+
 def test_same_seed_same_adapter_init(spec):
     def init(seed):
         model = modeling.add_lora(
