@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -28,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from dragonfarm_core.rundir import files  # noqa: E402
+from dragonfarm_core.trainers import allocator  # noqa: E402  (no torch: ctypes only)
 
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 TICKETS = ROOT / "assets" / "example_tickets.csv"
@@ -129,8 +131,10 @@ def child(opts: argparse.Namespace, arm: str, work: Path) -> dict[str, Any]:
     argv = [sys.executable, __file__, "--arm", arm, "--work", str(work)] + [
         f"--{k.replace('_', '-')}={v}" for k, v in vars(opts).items() if k not in ("arm", "work")
     ]
+    # ours on the malloc a trainer process gets (allocator), TRL's on the system's
+    env = allocator.with_fast_allocator(dict(os.environ)) if arm == "ours" else None
     with open(work / f"{arm}.log", "w") as log:
-        done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     if done.returncode:
         sys.exit(f"the {arm} arm failed; see {work / (arm + '.log')}")
     return json.loads((work / f"{arm}.json").read_text())

@@ -7,7 +7,8 @@ layers), seed, max_seq_len, batch size, gradient accumulation, learning rate and
 the same number of optimizer steps; everything else is each side's default (TRL: random order
 with dynamic padding, no packing, completion-only loss from the prompt-completion format,
 gradient checkpointing, bf16 autocast). Each arm runs in its own subprocess, so peak RSS is
-its own. Real tokens/s counts non-padding tokens over the training loop's steps (model
+its own; ours on the malloc a trainer process runs on (trainers/allocator.py: tcmalloc or
+jemalloc where the machine has one), TRL's script on the system's. Real tokens/s counts non-padding tokens over the training loop's steps (model
 loading, tokenization and held-out measurements excluded on both sides: ours measures the
 held-out loss at step 0, the curve's start, inside its loop and times it apart as
 eval_runtime_s; TRL's script evaluates after train()). Held-out loss is measured on both final adapters by one
@@ -37,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dragonfarm_core.rundir import files  # noqa: E402
+from dragonfarm_core.trainers import allocator  # noqa: E402  (no torch: ctypes only)
 
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 TICKETS = ROOT / "assets" / "example_tickets.csv"
@@ -113,6 +115,7 @@ def run_ours(opts: argparse.Namespace, work: Path, dtype: str = "auto") -> dict[
         "own_eval_loss": metrics["eval_loss"],
         "adapter": str(files.adapter_dir(run_dir)),
         "dtype": status["dtype"],
+        "malloc": allocator.allocator_in_use(),
         "truncated_rows": status["truncated_rows"],
     }
 
@@ -200,6 +203,7 @@ def run_trl(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
         "own_eval_loss": own_eval,
         "adapter": str(adapter),
         "dtype": "float32 weights, bf16 autocast",
+        "malloc": allocator.allocator_in_use(),
     }
 
 
@@ -245,9 +249,12 @@ def child(opts: argparse.Namespace, arm: str, work: Path) -> dict[str, Any]:
         for k, v in vars(opts).items()
         if k not in ("arm", "work") and v is not None
     ]
+    # Our arms run on the malloc a trainer process gets (allocator: tcmalloc or jemalloc where the
+    # machine has one); TRL's script on the system's, as a plain script would.
+    env = allocator.with_fast_allocator(dict(os.environ)) if arm.startswith("ours") else None
     started = time.perf_counter()
     with open(work / f"{arm}.log", "w") as log:
-        done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     if done.returncode:
         sys.exit(f"the {arm} arm failed; see {work / (arm + '.log')}")
     result = json.loads((work / f"{arm}.json").read_text())
@@ -263,13 +270,13 @@ def report(opts: argparse.Namespace, arms: dict[str, dict], losses: dict) -> Non
     print("load average (1 min) at start and end: " + ", ".join(f"{x:.1f}" for x in LOAD))
     print(
         f"{'arm':<10}{'tokens/s':>10}{'padding':>9}{'peak RSS':>11}{'eval loss':>11}"
-        f"{'own eval':>10}{'train s':>9}{'wall s':>8}  dtype"
+        f"{'own eval':>10}{'train s':>9}{'wall s':>8}  dtype; malloc"
     )
     for name, arm in arms.items():
         print(
             f"{name:<10}{arm['tokens'] / arm['seconds']:>10.0f}{arm['padding']:>9.1%}"
             f"{arm['peak_rss_mib']:>8.0f} MiB{losses[name]:>11.4f}{arm['own_eval_loss']:>10.4f}"
-            f"{arm['seconds']:>9.1f}{arm['wall_s']:>8.1f}  {arm['dtype']}"
+            f"{arm['seconds']:>9.1f}{arm['wall_s']:>8.1f}  {arm['dtype']}; {arm['malloc']}"
         )
 
     def speed(arm: dict) -> float:

@@ -4,7 +4,7 @@
 # mypy checks what pyproject.toml's [tool.mypy] names (dragonfarm_core, ui, app.py); a type
 # error fails the run before any test starts.
 # Chromium for the browser tests comes from Debian's `chromium` package; cmake and g++ (for
-# llama.cpp) from Debian's too.
+# llama.cpp) and tcmalloc (libtcmalloc-minimal4) from Debian's too.
 # llama.cpp for the GGUF tests is built by scripts/build_llama_cpp.py into ~/.cache/dragonfarm
 # (about 10 minutes on 2 cores the first time, seconds once cached). A failed build does not
 # stop the suite: the GGUF tests then fail (they never skip), saying why.
@@ -15,6 +15,12 @@ SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 if ! command -v chromium >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+# tcmalloc: trainer processes preload it where the system has it (trainers/allocator.py);
+# the tests check that they do.
+if ! ldconfig -p 2>/dev/null | grep -q libtcmalloc_minimal; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq libtcmalloc-minimal4 >/dev/null
 fi
 if ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; then
   $SUDO apt-get update -qq

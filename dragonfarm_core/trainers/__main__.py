@@ -28,7 +28,7 @@ from pathlib import Path
 
 from dragonfarm_core.methods import method
 from dragonfarm_core.rundir import files, launch, queue
-from dragonfarm_core.trainers import threads
+from dragonfarm_core.trainers import allocator, threads
 from dragonfarm_core.trainers.log_noise import quiet_library_noise
 
 TRAINER_MODULE_ENV = "DRAGONFARM_TRAINER_MODULE"
@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     run_dir = Path(argv[0]).resolve()
+    allocator.reexec_with_fast_allocator()  # tcmalloc or jemalloc, where the machine has one
     quiet_library_noise()  # train.log is what the Monitor shows: no library internals in it
     if "RANK" in os.environ:  # one of the processes `accelerate launch` started
         return _train_rank(run_dir)
@@ -100,7 +101,7 @@ def _train(run_dir: Path) -> int:
         threads.before_torch()  # OpenMP reads its wait policy when torch loads it
         module = importlib.import_module(trainer_module(files.read_config(run_dir)))
         if "torch" in sys.modules:  # a stand-in trainer (tests) may not use torch
-            print(threads.apply(), flush=True)
+            print(f"{threads.apply()}; malloc: {allocator.allocator_in_use()}", flush=True)
         module.main(str(run_dir))
     except SystemExit as exc:
         if exc.code not in (0, None):
@@ -133,6 +134,7 @@ def _train_rank(run_dir: Path) -> int:
     threads.before_torch()
     module = importlib.import_module(trainer_module(files.read_config(run_dir)))
     line = threads.apply()  # accelerate sets OMP_NUM_THREADS per process (1 unless given)
+    line += f"; malloc: {allocator.allocator_in_use()}"
     if os.environ["RANK"] == "0":
         print(line, flush=True)
     module.main(str(run_dir))

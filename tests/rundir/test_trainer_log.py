@@ -58,3 +58,49 @@ def test_train_log_has_no_library_noise_and_names_the_device(
     assert "some_option is deprecated" in log  # only the known noise is filtered
     device = queue.queue_key(files.read_config(path))
     assert f"running on {device}." in log and "(queue" not in log
+
+
+# A trainer that says which malloc its process runs on, then trains as the fake trainer does.
+MALLOC_TRAINER = """
+import json, os
+import fake_trainer
+from dragonfarm_core.trainers import allocator
+
+def main(run_dir):
+    seen = {"pid": os.getpid(), "malloc": allocator.allocator_in_use(),
+            "preload": os.environ.get("LD_PRELOAD")}
+    print("MALLOC " + json.dumps(seen), flush=True)
+    fake_trainer.main(run_dir)
+"""
+
+
+def test_the_trainer_restarts_itself_on_a_fast_malloc_in_the_same_process(
+    runs_root, sft_data, model_dir, tmp_path: Path, monkeypatch
+):
+    import json
+
+    from dragonfarm_core.trainers import allocator
+
+    library = allocator.fast_allocator()
+    assert library, (
+        "no tcmalloc or jemalloc here: install libtcmalloc-minimal4 (scripts/test.sh does)"
+    )
+    (tmp_path / "malloc_trainer.py").write_text(textwrap.dedent(MALLOC_TRAINER))
+    monkeypatch.setenv("DRAGONFARM_TRAINER_MODULE", "malloc_trainer")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]]))
+
+    def trained() -> tuple[int, dict]:
+        path = create_run("sft", sft_data, str(model_dir), runs_dir=runs_root)
+        pid = start_run(path)
+        run = Run(path).wait(poll=0.05)
+        assert run.state == "succeeded"
+        line = next(x for x in run.logs(200) if x.startswith("MALLOC "))
+        return pid, json.loads(line.removeprefix("MALLOC "))
+
+    pid, seen = trained()
+    # exec'd again with the library preloaded: the launcher's pid is still the trainer's
+    assert seen == {"pid": pid, "malloc": library.removeprefix("lib").split(".so")[0],
+                    "preload": library}  # fmt: skip
+    monkeypatch.setenv("DRAGONFARM_ALLOCATOR", "system")
+    pid, seen = trained()
+    assert seen == {"pid": pid, "malloc": "the system's", "preload": None}

@@ -41,3 +41,19 @@ def test_a_large_block_comes_from_the_heap_and_stays_there():
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True", "True"]
+
+
+def test_the_fast_allocator_is_added_to_ld_preload_once_and_system_turns_it_off(monkeypatch):
+    from dragonfarm_core.trainers import allocator
+
+    monkeypatch.delenv(allocator.ALLOCATOR_ENV, raising=False)
+    library = allocator.fast_allocator()
+    assert library, (
+        "no tcmalloc or jemalloc here: install libtcmalloc-minimal4 (scripts/test.sh does)"
+    )
+    env = allocator.with_fast_allocator({"LD_PRELOAD": "libother.so", "X": "1"})
+    assert env == {"LD_PRELOAD": f"libother.so {library}", "X": "1"}
+    assert allocator.with_fast_allocator(env) == env
+    monkeypatch.setenv(allocator.ALLOCATOR_ENV, "system")
+    assert allocator.fast_allocator() is None
+    assert allocator.with_fast_allocator({"X": "1"}) == {"X": "1"}
