@@ -42,6 +42,7 @@ import psutil
 
 from dragonfarm_core.rundir import queue
 from dragonfarm_core.settings import SettingsError
+from dragonfarm_core.trainers import allocator  # ctypes only: no torch in the app
 
 MIB = 2**20
 CHARS_PER_TOKEN = 3.0  # rows without a tokenizer: a little more tokens than the usual 4
@@ -54,6 +55,13 @@ CHECKPOINTED_SHARE = 0.4  # activations kept with gradient checkpointing (see pa
 # 0.92 on the sixth, the bundled model at 8 x 759 tokens in float32), before the LM head ran in
 # slices; with them (and the log-softmax kept once) -5 % to +6 % on five, +26 % on that one.
 BACKWARD_SLACK = 1.2
+# A trainer on a CPU with tcmalloc or jemalloc preloaded (trainers/allocator.py) peaks at what
+# it uses, without glibc heap's holes (which is what the attention term in parts_mib had been
+# fitted to): fitted on bench/preflight.py's six settings (2026-12-06, tcmalloc), the activations
+# without that term, times 1.3 (measured over counted 1.25-1.51), and 0.22 of them kept with
+# gradient checkpointing (0.16 on the 135M shape, 0.29 on the bundled model).
+FAST_MALLOC_SLACK = 1.3
+FAST_MALLOC_CHECKPOINTED_SHARE = 0.22
 HEADROOM = 0.9  # a run fits when its estimate is at most this share of the device's memory
 # dtype auto on a CPU with bf16 instructions (AVX512-BF16 or AMX): models this large keep their
 # frozen weights in bfloat16. bench/train_throughput.py, ours, 2-core AVX512-BF16 VM, bf16 over
@@ -208,7 +216,8 @@ def _sequences(method: str, batch: int, method_args: Any) -> int:
 
 def parts_mib(shape: Shape, settings: dict[str, Any]) -> dict[str, float]:
     """The estimate's parts, in MiB, for settings: device, dtype, load_in_4bit, r, targets,
-    method, method_args, batch_size, seq_len, gradient_checkpointing."""
+    method, method_args, batch_size, seq_len, gradient_checkpointing, and fast_malloc (the
+    trainer runs on tcmalloc or jemalloc; default False)."""
     device = settings["device"].partition(":")[0]
     wbytes = _weight_bytes(shape, device, settings["dtype"], settings["load_in_4bit"])
     abytes = 4.0 if wbytes == 4.0 else 2.0  # activations in the compute dtype
@@ -221,7 +230,8 @@ def parts_mib(shape: Shape, settings: dict[str, Any]) -> dict[str, float]:
     # LoRA's A reads, modeling.LoraDelta), q, k, v and the attention output, the MLP's gate,
     # activation, up and product; and LoRA's 1-byte dropout masks, one per adapted input.
     per_layer = 2 * h * 4 + abytes * (2 * h + 2 * q + 2 * kv + 4 * i) + (5 * h + q + i)
-    if device != "cuda":
+    fast_malloc = device == "cpu" and settings.get("fast_malloc", False)
+    if device != "cuda" and not fast_malloc:
         # On a CPU (and MPS) the peak also grows with heads x length per token: the
         # attention's buffers (the autograd graph shows torch's flash kernel for CPU, padded
         # batches included, keeping no scores, but without this term the 135M shape's
@@ -233,12 +243,14 @@ def parts_mib(shape: Shape, settings: dict[str, Any]) -> dict[str, float]:
         # (batch 4, 512 tokens, CPU) the peak kept CHECKPOINTED_SHARE of the activations the
         # run without checkpointing kept (recomputation's buffers and gradients, and the
         # allocator's slack); bench/preflight.py checks it on another model.
-        kept = max(shape.layers * h * abytes + per_layer, CHECKPOINTED_SHARE * kept)
+        share = FAST_MALLOC_CHECKPOINTED_SHARE if fast_malloc else CHECKPOINTED_SHARE
+        kept = max(shape.layers * h * abytes + per_layer, share * kept)
+    slack = FAST_MALLOC_SLACK if fast_malloc else BACKWARD_SLACK
     return {
         "runtime": RUNTIME_MIB.get(device, RUNTIME_MIB["cpu"]),
         "weights": shape.params() * wbytes / MIB,
         "lora": _lora_params(shape, settings["r"], settings["targets"]) * 16 / MIB,
-        "activations": tokens * kept * BACKWARD_SLACK / MIB,
+        "activations": tokens * kept * slack / MIB,
         "logits": tokens * LEARNED_FRACTION * shape.vocab * 4 / MIB,
     }
 
@@ -282,6 +294,7 @@ def _settings(spec: Any, rows: list[dict[str, Any]] | None) -> dict[str, Any]:
         "seq_len": min(args.max_seq_len, longest) if longest else args.max_seq_len,
         "max_seq_len": args.max_seq_len,
         "gradient_checkpointing": args.gradient_checkpointing,
+        "fast_malloc": allocator.fast_allocator() is not None,  # what the trainer will run on
     }
 
 
