@@ -1,19 +1,20 @@
 """python bench/train_throughput.py [--steps 36] [--model PATH | --shape smollm2-135m]
 
-LoRA SFT speed and memory: dragonfarm's trainer against a plain TRL `SFTTrainer` script with
-its defaults, on the bundled model and the example tickets (prompt "{subject}\\n\\n{body}",
-response "reply"). Both arms get the same LoRA (r=16, alpha=32, dropout 0.05, all linear
-layers), seed, max_seq_len, batch size, gradient accumulation, learning rate and schedule, and
-the same number of optimizer steps; everything else is each side's default (TRL: random order
-with dynamic padding, no packing, completion-only loss from the prompt-completion format,
-gradient checkpointing, bf16 autocast). Each arm runs in its own subprocess, so peak RSS is
-its own; ours on the malloc a trainer process runs on (trainers/allocator.py: tcmalloc or
-jemalloc where the machine has one), TRL's script on the system's. Real tokens/s counts non-padding tokens over the training loop's steps (model
-loading, tokenization and held-out measurements excluded on both sides: ours measures the
-held-out loss at step 0, the curve's start, inside its loop and times it apart as
-eval_runtime_s; TRL's script evaluates after train()). Held-out loss is measured on both final adapters by one
-evaluator (float32 base weights, the loss on reply tokens), so precision differences in each
-trainer's own evaluation do not count. The last line holds the ratios, ours over TRL.
+LoRA SFT speed and memory: dragonfarm's trainer against a plain TRL `SFTTrainer` script with its
+defaults, on the bundled model and the example tickets (prompt "{subject}\\n\\n{body}", response
+"reply"). Both arms get the same LoRA (r=16, alpha=32, dropout 0.05, all linear layers), seed,
+max_seq_len, batch size, gradient accumulation, learning rate and schedule, and the same number
+of optimizer steps; everything else is each side's default (TRL: random order with dynamic
+padding, no packing, completion-only loss from the prompt-completion format, gradient
+checkpointing, bf16 autocast). Each arm runs in its own subprocess, so peak RSS is its own; ours
+on the malloc a trainer process runs on (trainers/allocator.py: tcmalloc or jemalloc where the
+machine has one), TRL's script on the system's. Real tokens/s counts non-padding tokens over the
+training loop's steps (model loading, tokenization and held-out measurements excluded on both
+sides: ours measures the held-out loss at step 0, the curve's start, inside its loop and times
+it apart as eval_runtime_s; TRL's script evaluates after train()). Held-out loss is measured on
+both final adapters by one evaluator (float32 base weights, the loss on reply tokens), so
+precision differences in each trainer's own evaluation do not count. The last line holds the
+ratios, ours over TRL.
 
 `--shape smollm2-135m` trains a model built here with SmolLM2-135M's configuration (30 layers,
 hidden 576, 9 heads, 3 key-value heads, a 49,152-token vocabulary) and random weights, with the
