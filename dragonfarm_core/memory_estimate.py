@@ -228,8 +228,8 @@ def parts_mib(shape: Shape, settings: dict[str, Any]) -> dict[str, float]:
     # Bytes kept for backward per token in one layer (counted on the 135M shape's autograd
     # graph): each norm's float32 input; in the compute dtype the two norms' outputs (what
     # LoRA's A reads, modeling.LoraDelta), q, k, v and the attention output, the MLP's gate,
-    # activation, up and product; and LoRA's 1-byte dropout masks, one per adapted input.
-    per_layer = 2 * h * 4 + abytes * (2 * h + 2 * q + 2 * kv + 4 * i) + (5 * h + q + i)
+    # activation, up and product; and LoRA's dropout masks, one per adapted input, as bits.
+    per_layer = 2 * h * 4 + abytes * (2 * h + 2 * q + 2 * kv + 4 * i) + (5 * h + q + i) / 8
     fast_malloc = device == "cpu" and settings.get("fast_malloc", False)
     if device != "cuda" and not fast_malloc:
         # On a CPU (and MPS) the peak also grows with heads x length per token: the

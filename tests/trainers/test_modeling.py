@@ -179,6 +179,9 @@ def test_kept_only_gives_where_s_values_bit_for_bit(dtype):
     assert out.dtype == dtype
     bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
     assert torch.equal(out.view(bits), expected.view(bits))  # NaN kept, dropped -0.0 is +0.0
+    packed = modeling._packed(kept)  # what LoraDelta keeps of the mask: its bits
+    assert packed.numel() == -(-kept.numel() // 8)
+    assert torch.equal(modeling._unpacked(packed, kept.shape), kept)
     # a view that is not contiguous (the last dimension's stride is still 1)
     assert torch.equal(modeling._kept_only(x[:, ::2], kept[:, ::2]).view(bits),
                        expected[:, ::2].view(bits))  # fmt: skip
