@@ -74,6 +74,7 @@ def _settle(run_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    command = argv is None
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1 or not files.is_run_dir(argv[0]):
         print(
@@ -82,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     run_dir = Path(argv[0]).resolve()
-    allocator.reexec_with_fast_allocator()  # tcmalloc or jemalloc, where the machine has one
+    if command:  # started as `python -m dragonfarm_core.trainers` (not called from other code)
+        allocator.reexec_with_fast_allocator()  # tcmalloc or jemalloc, where the machine has one
     quiet_library_noise()  # train.log is what the Monitor shows: no library internals in it
     if "RANK" in os.environ:  # one of the processes `accelerate launch` started
         return _train_rank(run_dir)
