@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 import warnings
@@ -11,6 +12,7 @@ from dragonfarm_core.rundir import files, queue
 from dragonfarm_core.rundir.create import create_run
 from dragonfarm_core.rundir.launch import start_run
 from dragonfarm_core.rundir.run import Run
+from dragonfarm_core.trainers import allocator
 from dragonfarm_core.trainers.log_noise import quiet_library_noise
 
 NOISE = (
@@ -77,10 +79,6 @@ def main(run_dir):
 def test_the_trainer_restarts_itself_on_a_fast_malloc_in_the_same_process(
     runs_root, sft_data, model_dir, tmp_path: Path, monkeypatch
 ):
-    import json
-
-    from dragonfarm_core.trainers import allocator
-
     library = allocator.fast_allocator()
     assert library, (
         "no tcmalloc or jemalloc here: install libtcmalloc-minimal4 (scripts/test.sh does)"
