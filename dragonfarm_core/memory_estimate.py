@@ -15,7 +15,8 @@ config.json and adds up
     lora         LoRA weights, gradients and the two Adam moments, float32
     activations  what a decoder layer keeps for the backward pass, per token, at the batch's
                  length (with gradient checkpointing, the measured share of that);
-                 on a CPU also the attention scores and probabilities (torch's math path)
+                 on a CPU also the attention scores and probabilities (torch's math path);
+                 SFT on a CPU counts one row chunk of the batch (cpu_chunk_rows)
     logits       the LM head's float32 log-softmax at the learned positions, kept for the
                  backward (the head runs over slices of them: modeling.HEAD_SLICE_BYTES)
 
@@ -62,6 +63,19 @@ BACKWARD_SLACK = 1.2
 # gradient checkpointing (0.16 on the 135M shape, 0.29 on the bundled model).
 FAST_MALLOC_SLACK = 1.3
 FAST_MALLOC_CHECKPOINTED_SHARE = 0.22
+# On a CPU the SFT trainer takes a micro-batch's rows through forward and backward in chunks
+# when what the layers keep for the backward would pass CHUNK_KEPT_MIB (cpu_chunk_rows): the
+# same gradient, summed chunk by chunk, with one chunk's activations alive at a time. The
+# SmolLM2-135M shape (bfloat16, LoRA r=16 on all linears, tcmalloc), steps taking turns in one
+# process: 4 x 215 tokens whole or in two chunks of 2 rows 3.22 against 3.25 s (peak RSS 1,682
+# against 1,319 MiB); chunks of about 300 tokens cost 8-11 % (4 x 150 in 2-row chunks 2.98
+# against 2.77 s; 4 x 300 in 1-row chunks 5.25 against 4.74), of 215 tokens 25 %. Chunks
+# of at least MIN_CHUNK_TOKENS: bench/train_throughput.py on that shape, whole batches (no
+# chunks) 1,792 MiB; at least 400 tokens (batches under 800 tokens stay whole) 223 tokens/s
+# and 1,696 MiB; at least 256, 234 tokens/s and 1,410 MiB. The bundled model at 4 x 200 tokens
+# keeps ~90 MiB and is not split (two chunks there cost 10 %: 0.275 against 0.25 s a step).
+CHUNK_KEPT_MIB = 256
+MIN_CHUNK_TOKENS = 256
 HEADROOM = 0.9  # a run fits when its estimate is at most this share of the device's memory
 # dtype auto on a CPU with bf16 instructions (AVX512-BF16 or AMX): models this large keep their
 # frozen weights in bfloat16. bench/train_throughput.py, ours, 2-core AVX512-BF16 VM, bf16 over
@@ -214,6 +228,32 @@ def _sequences(method: str, batch: int, method_args: Any) -> int:
     return batch
 
 
+def kept_bytes_per_token(shape: Shape, abytes: float) -> float:
+    """What the decoder layers keep for the backward per token, activations `abytes` wide
+    (counted on the 135M shape's autograd graph): in each layer each norm's float32 input; in
+    the compute dtype the two norms' outputs (what LoRA's A reads, modeling.LoraDelta), q, k,
+    v and the attention output, the MLP's gate, activation, up and product; and LoRA's dropout
+    masks, one per adapted input, as bits."""
+    h, i = shape.hidden, shape.intermediate
+    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    per_layer = 2 * h * 4 + abytes * (2 * h + 2 * q + 2 * kv + 4 * i) + (5 * h + q + i) / 8
+    return shape.layers * per_layer
+
+
+def cpu_chunk_rows(rows: int, length: int, kept_per_token: float) -> int:
+    """How many of a micro-batch's `rows` (padded to `length` tokens) the SFT trainer takes
+    through forward and backward at once on a CPU: all of them, unless what the layers keep
+    (`kept_per_token`, kept_bytes_per_token) would pass CHUNK_KEPT_MIB; then as few as keep
+    under it, in chunks of at least MIN_CHUNK_TOKENS tokens, split evenly."""
+    tokens = rows * length
+    chunks = min(
+        rows,
+        -(-tokens * kept_per_token // (CHUNK_KEPT_MIB * MIB)),
+        max(1, tokens // MIN_CHUNK_TOKENS),
+    )
+    return -(-rows // max(1, int(chunks)))
+
+
 def parts_mib(shape: Shape, settings: dict[str, Any]) -> dict[str, float]:
     """The estimate's parts, in MiB, for settings: device, dtype, load_in_4bit, r, targets,
     method, method_args, batch_size, seq_len, gradient_checkpointing, and fast_malloc (the
@@ -223,28 +263,23 @@ def parts_mib(shape: Shape, settings: dict[str, Any]) -> dict[str, float]:
     abytes = 4.0 if wbytes == 4.0 else 2.0  # activations in the compute dtype
     sequences = _sequences(settings["method"], settings["batch_size"], settings["method_args"])
     tokens = sequences * settings["seq_len"]
-    h, i = shape.hidden, shape.intermediate
-    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-    # Bytes kept for backward per token in one layer (counted on the 135M shape's autograd
-    # graph): each norm's float32 input; in the compute dtype the two norms' outputs (what
-    # LoRA's A reads, modeling.LoraDelta), q, k, v and the attention output, the MLP's gate,
-    # activation, up and product; and LoRA's dropout masks, one per adapted input, as bits.
-    per_layer = 2 * h * 4 + abytes * (2 * h + 2 * q + 2 * kv + 4 * i) + (5 * h + q + i) / 8
+    kept = kept_bytes_per_token(shape, abytes)
+    if device == "cpu" and settings["method"] == "sft" and not settings["gradient_checkpointing"]:
+        tokens = cpu_chunk_rows(sequences, settings["seq_len"], kept) * settings["seq_len"]
     fast_malloc = device == "cpu" and settings.get("fast_malloc", False)
     if device != "cuda" and not fast_malloc:
         # On a CPU (and MPS) the peak also grows with heads x length per token: the
         # attention's buffers (the autograd graph shows torch's flash kernel for CPU, padded
         # batches included, keeping no scores, but without this term the 135M shape's
         # estimates fall 20-28 % under the measured peaks at 512 tokens). CUDA's keep none.
-        per_layer += abytes * 2 * shape.heads * settings["seq_len"]
-    kept: float = shape.layers * per_layer
+        kept += shape.layers * abytes * 2 * shape.heads * settings["seq_len"]
     if settings["gradient_checkpointing"]:
         # Measured, not the textbook "each layer's input plus one layer": on the 135M shape
         # (batch 4, 512 tokens, CPU) the peak kept CHECKPOINTED_SHARE of the activations the
         # run without checkpointing kept (recomputation's buffers and gradients, and the
         # allocator's slack); bench/preflight.py checks it on another model.
         share = FAST_MALLOC_CHECKPOINTED_SHARE if fast_malloc else CHECKPOINTED_SHARE
-        kept = max(shape.layers * h * abytes + per_layer, share * kept)
+        kept = max(shape.layers * shape.hidden * abytes + kept / shape.layers, share * kept)
     slack = FAST_MALLOC_SLACK if fast_malloc else BACKWARD_SLACK
     return {
         "runtime": RUNTIME_MIB.get(device, RUNTIME_MIB["cpu"]),

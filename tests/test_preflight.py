@@ -47,6 +47,8 @@ def test_the_estimate_grows_with_batch_and_length_and_checkpointing_lowers_it():
     shape = preflight.Shape.read(bundled_model_path())
     assert shape is not None
     base = preflight._settings(spec(batch_size=4, max_seq_len=384), None)
+    # On a GPU; on a CPU SFT takes a large batch in row chunks (test_sft_on_a_cpu_...).
+    base = {**base, "device": "cuda:0"}
     peak = preflight.estimate_for(shape, base).peak_mib
     assert preflight.estimate_for(shape, {**base, "batch_size": 8}).peak_mib > peak
     assert preflight.estimate_for(shape, {**base, "seq_len": 768}).peak_mib > peak
@@ -79,15 +81,18 @@ def test_a_run_that_does_not_fit_is_refused_with_fixes_that_fit(monkeypatch, tmp
         dragon.start(big, runs_dir=runs)
     message = str(refused.value)
     assert message.startswith("This run would not fit in memory. Estimated peak memory")
-    assert "batch_size=8 with grad_accum=2 (the same rows per step)" in message
-    assert "gradient_checkpointing=True" in message
+    assert "batch_size=2 with grad_accum=8 (the same rows per step)" in message
     assert not [p for p in runs.iterdir() if files.is_run_dir(p)]  # nothing was written
     est = preflight.estimate_for(shape, settings)
     options = preflight.fix_options(shape, settings, est.available_mib)
-    assert not est.fits and len(est.fixes) == len(options) > 2
+    assert not est.fits and len(est.fixes) == len(options) >= 2
     for text, change, peak in options:  # each offered change, applied, fits
         changed = preflight.estimate_for(shape, {**settings, **change})
         assert changed.fits and changed.peak_mib == pytest.approx(peak), text
+    on_gpu = {**settings, "device": "cuda:0"}  # its batch whole: checkpointing pays
+    gpu_needed = preflight.estimate_for(shape, on_gpu).peak_mib
+    offered = [text for text, _, _ in preflight.fix_options(shape, on_gpu, gpu_needed)]
+    assert "gradient_checkpointing=True" in offered
 
 
 def test_when_nothing_is_enough_it_says_so():
@@ -149,3 +154,24 @@ def test_the_estimate_counts_the_weights_in_the_dtype_the_trainer_will_pick(monk
     )
     explicit = preflight.parts_mib(big, {**settings, "dtype": "float32"})["weights"]
     assert explicit == pytest.approx(big.params() * 4 / preflight.MIB)
+
+
+def test_sft_on_a_cpu_counts_the_activations_of_one_row_chunk():
+    big = preflight.Shape(576, 1536, 30, 9, 3, 64, 49152, True)  # SmolLM2-135M
+    kept = preflight.kept_bytes_per_token(big, 2)  # bfloat16
+    # 4 x 215 tokens keep ~590 MB: two chunks of 2 rows (430 tokens), not four of 215.
+    assert preflight.cpu_chunk_rows(4, 215, kept) == 2
+    assert preflight.cpu_chunk_rows(4, 512, kept) == 1
+    assert preflight.cpu_chunk_rows(1, 512, kept) == 1
+    small = preflight.Shape.read(bundled_model_path())
+    assert preflight.cpu_chunk_rows(4, 200, preflight.kept_bytes_per_token(small, 4)) == 4
+    assert preflight.cpu_chunk_rows(8, 759, preflight.kept_bytes_per_token(small, 4)) == 3
+    settings = {**preflight._settings(spec(), None), "device": "cpu", "dtype": "bfloat16",
+                "batch_size": 4, "seq_len": 215, "gradient_checkpointing": False}  # fmt: skip
+    sft = preflight.parts_mib(big, settings)
+    one_row = preflight.parts_mib(big, {**settings, "batch_size": 2})
+    assert sft["activations"] == pytest.approx(one_row["activations"])  # two rows either way
+    dpo = preflight.parts_mib(big, {**settings, "method": "dpo", "batch_size": 2})
+    assert dpo["activations"] == pytest.approx(2 * sft["activations"])  # 4 sequences, whole
+    cuda = preflight.parts_mib(big, {**settings, "device": "cuda:0"})
+    assert cuda["activations"] > 1.5 * sft["activations"]  # a GPU takes the batch whole

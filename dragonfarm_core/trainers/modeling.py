@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from dragonfarm_core import memory_estimate
 from dragonfarm_core.settings import Lora, SettingsError
 from dragonfarm_core.trainers.common import ModelLoadError
 from dragonfarm_core.trainers.config import ModelSpec
@@ -360,6 +361,22 @@ def learned_losses(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Te
         for h, t in zip(hidden.split(rows), targets[keep].split(rows), strict=True)
     ]
     return torch.cat(losses), keep
+
+
+def row_chunks(batch: dict[str, Any], kept_per_token: float) -> list[dict[str, Any]]:
+    """`batch` split by rows into the chunks a CPU trainer takes through forward and backward
+    one at a time (memory_estimate.cpu_chunk_rows: a chunk's kept activations, at
+    `kept_per_token` bytes a token, under CHUNK_KEPT_MIB); [batch] when it stays whole. A
+    padding-free batch is one row: it stays whole."""
+    rows, length = batch["input_ids"].shape
+    step = memory_estimate.cpu_chunk_rows(rows, length, kept_per_token)
+    if step >= rows:
+        return [batch]
+    return [
+        {k: v[i : i + step] if torch.is_tensor(v) and v.shape[:1] == (rows,) else v
+         for k, v in batch.items()}
+        for i in range(0, rows, step)
+    ]  # fmt: skip
 
 
 def label_loss(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dragonfarm_core import memory_estimate
 from dragonfarm_core.trainers import evaluation, lifecycle, modeling, sft_data, trl_run
 from dragonfarm_core.trainers.common import reported_run
 from dragonfarm_core.trainers.config import load_config
@@ -33,7 +34,7 @@ from dragonfarm_core.trainers.placement import processes_note, resolve_placement
 from dragonfarm_core.trainers.sft_data import Encoded
 
 
-def learned_positions_loss(trainer_class: type) -> type:
+def learned_positions_loss(trainer_class: type, kept_per_token: float | None) -> type:
     """`trainer_class` (SFTTrainer) with its loss from the LM head applied only where a label
     is learned (modeling.label_loss). SFTTrainer's fused head does that only on Triton devices;
     on a CPU it projects every position, prompt and padding included, and recomputes the
@@ -41,15 +42,35 @@ def learned_positions_loss(trainer_class: type) -> type:
     the bundled model (2,644 -> 3,504 real tokens/s; the hand-written loop before it: 3,452).
     In a run of several processes the model is wrapped in DistributedDataParallel, whose own
     forward must run for the gradients to be averaged: there SFTTrainer's loss is used (the
-    same loss, every position projected)."""
+    same loss, every position projected).
+
+    With `kept_per_token` (a CPU without gradient checkpointing: what the layers keep for the
+    backward per token, memory_estimate.kept_bytes_per_token) a micro-batch whose kept
+    activations would be large goes through forward and backward in row chunks
+    (modeling.row_chunks), each chunk's loss divided by the whole batch's token count as
+    Trainer divides it: the same gradient, with one chunk's activations alive at a time (the
+    SmolLM2-135M shape's bench: 1,792 -> 1,410 MiB peak; memory_estimate says when)."""
 
     class LearnedPositions(trainer_class):
+        def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
+            chunks = [inputs]
+            if kept_per_token and num_items_in_batch is not None and self.is_one_process:
+                chunks = modeling.row_chunks(inputs, kept_per_token)
+            loss = super().training_step(model, chunks[0], num_items_in_batch)
+            for chunk in chunks[1:]:
+                loss = loss + super().training_step(model, chunk, num_items_in_batch)
+            return loss
+
         def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
                          num_items_in_batch: Any = None) -> Any:  # fmt: skip
-            if return_outputs or not model.training or self.accelerator.num_processes > 1:
+            if return_outputs or not model.training or not self.is_one_process:
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             loss, learned = modeling.label_loss(model, inputs)
             return loss / (learned if num_items_in_batch is None else num_items_in_batch)
+
+        @property
+        def is_one_process(self) -> bool:
+            return self.accelerator.num_processes == 1
 
     return LearnedPositions
 
@@ -92,6 +113,10 @@ def main(run_dir: str | os.PathLike[str]) -> str:
             loss = evaluation.eval_loss(model, data.held_out, args.batch_size, data.pad_id)[0]
             return {"eval_loss": loss}
 
+        shape = memory_estimate.Shape.read(config.model.base)
+        chunk_kept = None  # row chunks: a CPU, no gradient checkpointing (learned_positions_loss)
+        if shape and placement.device.type == "cpu" and not args.gradient_checkpointing:
+            chunk_kept = memory_estimate.kept_bytes_per_token(shape, placement.dtype.itemsize)
         callback = trl_run.RunCallback(
             run_dir, report, config, held_out_loss if len(data.held_out) else None
         )
@@ -101,7 +126,7 @@ def main(run_dir: str | os.PathLike[str]) -> str:
             dataset_kwargs={"skip_prepare_dataset": True},  # sft_data tokenized and truncated
             packing=packing,  # TRL's collator then flattens each batch (padding-free)
         )  # fmt: skip
-        trainer = trl_run.counted(learned_positions_loss(SFTTrainer))(
+        trainer = trl_run.counted(learned_positions_loss(SFTTrainer, chunk_kept))(
             model=model,
             args=sft_args,
             train_dataset=rows,

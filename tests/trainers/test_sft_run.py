@@ -261,3 +261,31 @@ def test_a_loss_that_becomes_nan_stops_the_run_with_that_reason(make_run, model_
     assert status["state"] == "failed" and status["reason"] == "nan_loss", status.get("error")
     assert "the run stopped there rather than train on" in status["error"]
     assert status["step"] < status["total_steps"]  # it stopped early
+
+
+@pytest.mark.slow
+def test_a_batch_taken_in_row_chunks_trains_as_the_whole_batch(make_run, model_dir, monkeypatch):
+    # The same run twice: batches whole, then (thresholds lowered) each batch of 4 rows in
+    # 1-row chunks, each through its own forward and backward.
+    def trained(name: str) -> tuple[list[float], list[int]]:
+        seen = []
+        label_loss = sft.modeling.label_loss
+
+        def counting(model, batch):
+            seen.append(batch["input_ids"].shape[0])
+            return label_loss(model, batch)
+
+        with monkeypatch.context() as m:
+            m.setattr(sft.modeling, "label_loss", counting)
+            run_dir = make_run(model_dir, name=name, n_train=24, n_eval=4, grad_accum=2,
+                               max_seq_len=128)  # fmt: skip
+            assert sft.main(run_dir) == "succeeded"
+        return [r["loss"] for r in _train_rows(run_dir)], seen
+
+    whole, whole_rows = trained("whole")
+    monkeypatch.setattr(sft.memory_estimate, "CHUNK_KEPT_MIB", 1e-6)
+    monkeypatch.setattr(sft.memory_estimate, "MIN_CHUNK_TOKENS", 1)
+    chunked, chunked_rows = trained("chunked")
+    assert set(whole_rows) == {4} and set(chunked_rows) == {1}
+    assert len(chunked_rows) == 4 * len(whole_rows)
+    assert chunked == pytest.approx(whole, rel=1e-4)
