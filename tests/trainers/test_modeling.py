@@ -319,3 +319,48 @@ def test_lean_lora_trains_as_peft_does_and_keeps_less_for_the_backward(
         off = modeling.label_loss(lean, batch)[0]
     with peft.disable_adapter(), torch.no_grad():
         assert torch.equal(off, modeling.label_loss(peft, batch)[0])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "autocast"),
+    [(torch.bfloat16, False), (torch.float32, False), (torch.bfloat16, True)],
+)
+def test_lean_mlp_gives_autograds_gradients_bit_for_bit_and_keeps_less(spec, batch, dtype,
+                                                                        autocast):  # fmt: skip
+    """modeling.SiluMul against autograd's silu and product: the same loss and gradients,
+    bit for bit, with one intermediate-wide tensor a layer and token less kept."""
+    placement = Placement(torch.device("cpu"), dtype)
+    models = []
+    for lean in (True, False):
+        model = modeling.add_lora(modeling.load_model(spec, placement, False), Lora(r=4), 0,
+                                  False, False)  # fmt: skip
+        with torch.no_grad():
+            for p in model.parameters():  # B starts at zero: make it count
+                if p.requires_grad:
+                    p.add_(torch.randn_like(p) * 0.02)
+        mlps = [m for m in model.modules() if type(m).__name__ == "LlamaMLP"]
+        assert mlps and all("forward" in vars(m) for m in mlps)  # the lean forward
+        if not lean:
+            for m in mlps:
+                del m.forward  # transformers' own forward again
+        model.train()
+        models.append(model)
+    models[1].load_state_dict(models[0].state_dict())
+    results = []
+    for model in models:
+        torch.manual_seed(3)  # the same LoRA dropout draws
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            saved, loss = _saved_bytes(model, batch)
+        loss.backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+        results.append((saved, loss, grads))
+    (lean_saved, lean_loss, lean_grads), (own_saved, own_loss, own_grads) = results
+    assert torch.equal(lean_loss, own_loss)
+    assert lean_grads.keys() == own_grads.keys()
+    for name, grad in lean_grads.items():
+        assert torch.equal(grad, own_grads[name]), name
+    config = models[0].get_base_model().config
+    tokens = int(batch["attention_mask"].numel())
+    itemsize = 2 if autocast else dtype.itemsize
+    fewer = config.num_hidden_layers * tokens * config.intermediate_size * itemsize
+    assert own_saved - lean_saved >= 0.9 * fewer
