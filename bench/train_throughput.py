@@ -17,7 +17,8 @@ precision differences in each trainer's own evaluation do not count. The last li
 ratios, ours over TRL.
 
 `--shape smollm2-135m` trains a model built here with SmolLM2-135M's configuration (30 layers,
-hidden 576, 9 heads, 3 key-value heads, a 49,152-token vocabulary) and random weights, with the
+hidden 576, 9 heads, 3 key-value heads, a 49,152-token vocabulary) and random weights, stored in
+bfloat16 as SmolLM2-135M's are (TRL's script reads them into float32, its default), with the
 bundled model's tokenizer: speed and memory do not depend on the weights, and the Hub is not
 needed. Its held-out loss compares the two trainers on the same start, nothing more.
 """
