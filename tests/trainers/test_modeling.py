@@ -237,6 +237,44 @@ def test_adapters_are_folded_in_order(spec, tmp_path):
         assert torch.allclose(a, b, atol=1e-6), name
 
 
+def _lean_and_own(spec, dtype, lora, checkpointing, lean_modules):
+    """Two LoRA models with the same weights (B made non-zero): the first as add_lora makes
+    it, the second with transformers' or peft's own forward again on `lean_modules(model)`."""
+    models = []
+    for lean in (True, False):
+        model = modeling.add_lora(
+            modeling.load_model(spec, Placement(torch.device("cpu"), dtype), False), lora, 0,
+            checkpointing, False,
+        )  # fmt: skip
+        with torch.no_grad():
+            for p in model.parameters():  # B starts at zero: make it count
+                if p.requires_grad:
+                    p.add_(torch.randn_like(p) * 0.02)
+        modules = lean_modules(model)
+        assert modules and all("forward" in vars(m) for m in modules)  # the lean forward
+        if not lean:
+            for m in modules:
+                del m.forward  # the library's own forward again
+        model.train()
+        models.append(model)
+    models[1].load_state_dict(models[0].state_dict())
+    return models
+
+
+def _trained(models, batch, autocast):
+    """(saved bytes, loss, gradients) of one forward and backward of each model, each with
+    the same LoRA dropout draws."""
+    results = []
+    for model in models:
+        torch.manual_seed(3)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            saved, loss = _saved_bytes(model, batch)
+        loss.backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+        results.append((saved, loss, grads))
+    return results
+
+
 def _saved_bytes(model, batch) -> tuple[int, torch.Tensor]:
     """(bytes of the distinct tensors the forward keeps for the backward, the summed loss)."""
     storages: dict[int, int] = {}
@@ -266,34 +304,13 @@ def test_lean_lora_trains_as_peft_does_and_keeps_less_for_the_backward(
 ):
     """modeling.LoraDelta against peft's own LoRA forward: same dropout draws, same loss and
     gradients, and the copies of each adapted layer's input are not kept."""
-    placement = Placement(torch.device("cpu"), dtype)
-    models = []
-    for lean in (True, False):
-        model = modeling.add_lora(
-            modeling.load_model(spec, placement, False), Lora(r=4, dropout=0.1), 0,
-            checkpointing, False,
-        )  # fmt: skip
-        with torch.no_grad():
-            for p in model.parameters():  # B starts at zero: make it count
-                if p.requires_grad:
-                    p.add_(torch.randn_like(p) * 0.02)
-        layers = [m for m in model.modules() if hasattr(m, "lora_A")]
-        assert layers and all("forward" in vars(m) for m in layers)  # the lean forward
-        if not lean:
-            for m in layers:
-                del m.forward  # peft's own forward again
-        model.train()
-        models.append(model)
+
+    def lora_layers(model):
+        return [m for m in model.modules() if hasattr(m, "lora_A")]
+
+    models = _lean_and_own(spec, dtype, Lora(r=4, dropout=0.1), checkpointing, lora_layers)
     lean, peft = models
-    peft.load_state_dict(lean.state_dict())
-    results = []
-    for model in models:
-        torch.manual_seed(3)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            saved, loss = _saved_bytes(model, batch)
-        loss.backward()
-        grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
-        results.append((saved, loss, grads))
+    results = _trained(models, batch, autocast)
     (lean_saved, lean_loss, lean_grads), (peft_saved, peft_loss, peft_grads) = results
     assert torch.allclose(lean_loss, peft_loss, rtol=1e-6)
     assert lean_grads.keys() == peft_grads.keys()
@@ -329,31 +346,12 @@ def test_lean_mlp_gives_autograds_gradients_bit_for_bit_and_keeps_less(spec, bat
                                                                         autocast):  # fmt: skip
     """modeling.SiluMul against autograd's silu and product: the same loss and gradients,
     bit for bit, with one intermediate-wide tensor a layer and token less kept."""
-    placement = Placement(torch.device("cpu"), dtype)
-    models = []
-    for lean in (True, False):
-        model = modeling.add_lora(modeling.load_model(spec, placement, False), Lora(r=4), 0,
-                                  False, False)  # fmt: skip
-        with torch.no_grad():
-            for p in model.parameters():  # B starts at zero: make it count
-                if p.requires_grad:
-                    p.add_(torch.randn_like(p) * 0.02)
-        mlps = [m for m in model.modules() if type(m).__name__ == "LlamaMLP"]
-        assert mlps and all("forward" in vars(m) for m in mlps)  # the lean forward
-        if not lean:
-            for m in mlps:
-                del m.forward  # transformers' own forward again
-        model.train()
-        models.append(model)
-    models[1].load_state_dict(models[0].state_dict())
-    results = []
-    for model in models:
-        torch.manual_seed(3)  # the same LoRA dropout draws
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            saved, loss = _saved_bytes(model, batch)
-        loss.backward()
-        grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
-        results.append((saved, loss, grads))
+
+    def mlps(model):
+        return [m for m in model.modules() if type(m).__name__ == "LlamaMLP"]
+
+    models = _lean_and_own(spec, dtype, Lora(r=4), False, mlps)
+    results = _trained(models, batch, autocast)
     (lean_saved, lean_loss, lean_grads), (own_saved, own_loss, own_grads) = results
     assert torch.equal(lean_loss, own_loss)
     assert lean_grads.keys() == own_grads.keys()
