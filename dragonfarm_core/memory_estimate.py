@@ -233,7 +233,8 @@ def kept_bytes_per_token(shape: Shape, abytes: float) -> float:
     (counted on the 135M shape's autograd graph): in each layer each norm's float32 input; in
     the compute dtype the two norms' outputs (what LoRA's A reads, modeling.LoraDelta), q, k,
     v and the attention output, the MLP's gate, activation, up and product; and LoRA's dropout
-    masks, one per adapted input, as bits."""
+    masks, one per adapted input, as bits. (On a CPU modeling.SiluMul keeps no activation; the
+    count, which the slack was fitted with, still has it.)"""
     h, i = shape.hidden, shape.intermediate
     q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
     per_layer = 2 * h * 4 + abytes * (2 * h + 2 * q + 2 * kv + 4 * i) + (5 * h + q + i) / 8
