@@ -77,8 +77,8 @@ def smol_model() -> Path:
     in bfloat16 as SmolLM2-135M's weights are (a float32 file read into bfloat16 weights
     peaked at 1,259 MiB here, the file's pages and the weights at once: more than training)."""
     folder = OUT / "smollm2-135m-shape"
-    config = folder / "config.json"
-    if (folder / "model.safetensors").is_file() and '"bfloat16"' in config.read_text():
+    weights, config = folder / "model.safetensors", folder / "config.json"
+    if weights.is_file() and json.loads(config.read_text()).get("dtype") == "bfloat16":
         return folder
     (OUT / f"{folder.name}-f16.gguf").unlink(missing_ok=True)  # made from the old weights
     import torch

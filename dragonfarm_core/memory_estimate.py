@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -249,10 +250,10 @@ def cpu_chunk_rows(rows: int, length: int, kept_per_token: float) -> int:
     tokens = rows * length
     chunks = min(
         rows,
-        -(-tokens * kept_per_token // (CHUNK_KEPT_MIB * MIB)),
-        max(1, tokens // MIN_CHUNK_TOKENS),
+        math.ceil(tokens * kept_per_token / (CHUNK_KEPT_MIB * MIB)),
+        tokens // MIN_CHUNK_TOKENS,
     )
-    return -(-rows // max(1, int(chunks)))
+    return math.ceil(rows / max(1, chunks))
 
 
 def parts_mib(shape: Shape, settings: dict[str, Any]) -> dict[str, float]:
