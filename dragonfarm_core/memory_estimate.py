@@ -16,7 +16,8 @@ config.json and adds up
     activations  what a decoder layer keeps for the backward pass, per token, at the batch's
                  length (with gradient checkpointing, the measured share of that);
                  on a CPU also the attention scores and probabilities (torch's math path);
-                 SFT on a CPU counts one row chunk of the batch (cpu_chunk_rows)
+                 SFT on a CPU counts the largest row chunk of a batch up to that
+                 length (largest_cpu_chunk)
     logits       the LM head's float32 log-softmax at the learned positions, kept for the
                  backward (the head runs over slices of them: modeling.HEAD_SLICE_BYTES)
 
@@ -256,6 +257,21 @@ def cpu_chunk_rows(rows: int, length: int, kept_per_token: float) -> int:
     return math.ceil(rows / max(1, chunks))
 
 
+def largest_cpu_chunk(rows: int, length: int, kept_per_token: float) -> int:
+    """The most tokens one chunk of `cpu_chunk_rows` holds over batches of `rows` rows padded
+    to any length up to `length`: a batch a little shorter than `length` can stay whole (its
+    chunks would fall under MIN_CHUNK_TOKENS) where one of `length` tokens is split, so the
+    longest batch need not set the peak. The chunk count only grows with the length, so the
+    most is at `length` or at the last length before the count grows; each is looked at."""
+    ends = {length}
+    for chunks in range(1, rows):  # the longest length that still takes `chunks` chunks
+        by_memory = math.floor(chunks * CHUNK_KEPT_MIB * MIB / (rows * kept_per_token))
+        by_size = math.ceil((chunks + 1) * MIN_CHUNK_TOKENS / rows) - 1
+        end = min(length, max(by_memory, by_size))
+        ends.update(n for n in (end - 1, end, end + 1) if 1 <= n <= length)
+    return max(cpu_chunk_rows(rows, n, kept_per_token) * n for n in ends)
+
+
 def parts_mib(shape: Shape, settings: dict[str, Any]) -> dict[str, float]:
     """The estimate's parts, in MiB, for settings: device, dtype, load_in_4bit, r, targets,
     method, method_args, batch_size, seq_len, gradient_checkpointing, and fast_malloc (the
@@ -267,7 +283,7 @@ def parts_mib(shape: Shape, settings: dict[str, Any]) -> dict[str, float]:
     tokens = sequences * settings["seq_len"]
     kept = kept_bytes_per_token(shape, abytes)
     if device == "cpu" and settings["method"] == "sft" and not settings["gradient_checkpointing"]:
-        tokens = cpu_chunk_rows(sequences, settings["seq_len"], kept) * settings["seq_len"]
+        tokens = largest_cpu_chunk(sequences, settings["seq_len"], kept)
     fast_malloc = device == "cpu" and settings.get("fast_malloc", False)
     if device != "cuda" and not fast_malloc:
         # On a CPU (and MPS) the peak also grows with heads x length per token: the

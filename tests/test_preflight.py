@@ -156,7 +156,7 @@ def test_the_estimate_counts_the_weights_in_the_dtype_the_trainer_will_pick(monk
     assert explicit == pytest.approx(big.params() * 4 / preflight.MIB)
 
 
-def test_sft_on_a_cpu_counts_the_activations_of_one_row_chunk():
+def test_sft_on_a_cpu_counts_the_activations_of_its_largest_row_chunk():
     big = preflight.Shape(576, 1536, 30, 9, 3, 64, 49152, True)  # SmolLM2-135M
     kept = preflight.kept_bytes_per_token(big, 2)  # bfloat16
     # 4 x 215 tokens keep ~590 MB: two chunks of 2 rows (430 tokens), not four of 215.
@@ -166,12 +166,20 @@ def test_sft_on_a_cpu_counts_the_activations_of_one_row_chunk():
     small = preflight.Shape.read(bundled_model_path())
     assert preflight.cpu_chunk_rows(4, 200, preflight.kept_bytes_per_token(small, 4)) == 4
     assert preflight.cpu_chunk_rows(8, 759, preflight.kept_bytes_per_token(small, 4)) == 3
+    # A shorter batch can stay whole where the longest is split: 4 x 127 tokens would go in
+    # chunks under MIN_CHUNK_TOKENS, so it is one chunk of 508 tokens, more than 2 x 215.
+    assert preflight.cpu_chunk_rows(4, 127, kept) == 4
+    assert preflight.largest_cpu_chunk(4, 215, kept) == 508
+    for rows, length, per_token in [(4, 215, kept), (2, 256, kept), (4, 512, kept), (16, 900, kept),
+                                    (8, 1024, preflight.kept_bytes_per_token(small, 4))]:  # fmt: skip
+        every = max(preflight.cpu_chunk_rows(rows, n, per_token) * n for n in range(1, length + 1))
+        assert preflight.largest_cpu_chunk(rows, length, per_token) == every
     settings = {**preflight._settings(spec(), None), "device": "cpu", "dtype": "bfloat16",
                 "batch_size": 4, "seq_len": 215, "gradient_checkpointing": False}  # fmt: skip
     sft = preflight.parts_mib(big, settings)
-    one_row = preflight.parts_mib(big, {**settings, "batch_size": 2})
-    assert sft["activations"] == pytest.approx(one_row["activations"])  # two rows either way
+    whole = preflight.parts_mib(big, {**settings, "batch_size": 4, "seq_len": 127})
+    assert sft["activations"] == pytest.approx(whole["activations"])  # 508 tokens either way
     dpo = preflight.parts_mib(big, {**settings, "method": "dpo", "batch_size": 2})
-    assert dpo["activations"] == pytest.approx(2 * sft["activations"])  # 4 sequences, whole
+    assert dpo["activations"] == pytest.approx(sft["activations"] * 4 * 215 / 508)  # whole
     cuda = preflight.parts_mib(big, {**settings, "device": "cuda:0"})
     assert cuda["activations"] > 1.5 * sft["activations"]  # a GPU takes the batch whole
