@@ -170,14 +170,15 @@ def test_sft_on_a_cpu_counts_the_activations_of_its_largest_row_chunk():
     # chunks under MIN_CHUNK_TOKENS, so it is one chunk of 508 tokens, more than 2 x 215.
     assert preflight.cpu_chunk_rows(4, 127, kept) == 4
     assert preflight.largest_cpu_chunk(4, 215, kept) == 508
-    for rows, length, per_token in [(4, 215, kept), (2, 256, kept), (4, 512, kept), (16, 900, kept),
-                                    (8, 1024, preflight.kept_bytes_per_token(small, 4))]:  # fmt: skip
+    cases = [(4, 215, kept), (2, 256, kept), (4, 512, kept), (16, 900, kept),
+             (8, 1024, preflight.kept_bytes_per_token(small, 4))]  # fmt: skip
+    for rows, length, per_token in cases:
         every = max(preflight.cpu_chunk_rows(rows, n, per_token) * n for n in range(1, length + 1))
         assert preflight.largest_cpu_chunk(rows, length, per_token) == every
     settings = {**preflight._settings(spec(), None), "device": "cpu", "dtype": "bfloat16",
                 "batch_size": 4, "seq_len": 215, "gradient_checkpointing": False}  # fmt: skip
     sft = preflight.parts_mib(big, settings)
-    whole = preflight.parts_mib(big, {**settings, "batch_size": 4, "seq_len": 127})
+    whole = preflight.parts_mib(big, {**settings, "seq_len": 127})
     assert sft["activations"] == pytest.approx(whole["activations"])  # 508 tokens either way
     dpo = preflight.parts_mib(big, {**settings, "method": "dpo", "batch_size": 2})
     assert dpo["activations"] == pytest.approx(sft["activations"] * 4 * 215 / 508)  # whole

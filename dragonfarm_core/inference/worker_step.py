@@ -414,11 +414,11 @@ class DecodeStep:
 # lengths and constants of the step's objects) and attention. Tried and not kept: a
 # `guard_filter_fn` keeping only the tensor guards under the step object (0.42 ms) lets a step
 # whose structure changed (an adapter's LoRA tuple, a Projection called as a module) run an old
-# graph; keeping its lengths and constants too saves only 0.15 ms. Also tried and not kept: the layers' matrices and caches stacked into one tensor each,
-# so that there are fewer to check (slower: writing a token into a slice of a stacked cache
-# copied the whole cache), mode "max-autotune-no-cudagraphs", inductor's C++ wrapper and
-# single-threaded kernels (no gain, compiling two to three times as long), dynamic=True (19.9
-# against 14.9 ms, session 17).
+# graph; keeping its lengths and constants too saves only 0.15 ms. Also tried and not kept:
+# the layers' matrices and caches stacked into one tensor each, so that there are fewer to
+# check (slower: writing a token into a slice of a stacked cache copied the whole cache),
+# mode "max-autotune-no-cudagraphs", inductor's C++ wrapper and single-threaded kernels (no
+# gain, compiling two to three times as long), dynamic=True (19.9 against 14.9 ms, session 17).
 _compiled: dict[tuple, Any] = {}
 
 
