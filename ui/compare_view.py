@@ -134,24 +134,50 @@ def _points(progress: pd.DataFrame, column: str, axis: str) -> pd.DataFrame:
     return rows.sort_values(axis, kind="stable")
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, str]:
-    """A config.json block as dotted keys -> text (lists as JSON)."""
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A config.json block as dotted keys -> its leaf values (lists and empty dicts whole)."""
     if isinstance(value, dict) and value:
-        out: dict[str, str] = {}
+        out: dict[str, Any] = {}
         for key, inner in value.items():
             out |= _flat(inner, f"{prefix}.{key}" if prefix else str(key))
         return out
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return {prefix: text}
+    return {prefix: value}
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two config values are the same setting, however JSON spelled them: numbers
+    compare as numbers (weight_decay 0 is 0.0), but a bool is never a number (True is not 1).
+
+    >>> same_value(0, 0.0), same_value([1, 2.0], [1.0, 2]), same_value(True, 1)
+    (True, True, False)
+    """
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(same_value, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _text(value: Any) -> str:
+    """A setting as the diff shows it (lists as JSON)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def config_diff(a: dict[str, Any], b: dict[str, Any], labels: tuple[str, str]) -> pd.DataFrame:
-    """The settings of two runs' config.json that differ (dotted names), one row each;
+    """The settings of two runs' config.json that differ in value (dotted names), one row each;
     `labels` head the two value columns. A setting one run lacks shows as blank."""
     left = {k: v for k, v in _flat(a).items() if k.split(".")[0] not in NOT_SETTINGS}
     right = {k: v for k, v in _flat(b).items() if k.split(".")[0] not in NOT_SETTINGS}
     keys = [*left, *(k for k in right if k not in left)]
-    rows = [[k, left.get(k, ""), right.get(k, "")] for k in keys if left.get(k) != right.get(k)]
+    rows = [
+        [k, _text(left[k]) if k in left else "", _text(right[k]) if k in right else ""]
+        for k in keys
+        if k not in left or k not in right or not same_value(left[k], right[k])
+    ]
     return pd.DataFrame(rows, columns=["setting", *_distinct(labels)])
 
 

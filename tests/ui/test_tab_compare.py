@@ -9,6 +9,7 @@ and a DPO run continuing from it. The figures and samples a real trainer writes 
 from __future__ import annotations
 
 import contextlib
+import doctest
 import io
 import json
 import os
@@ -168,3 +169,32 @@ def test_best_rows_ties_and_single_values():
     assert compare_view.best_rows(frame, "eval_loss", "lower") == {0, 1}
     assert compare_view.best_rows(frame, "eval_loss", "higher") == {2}
     assert compare_view.best_rows(frame, "reward", "higher") == set()
+
+
+def test_settings_differ_by_value_not_by_spelling():
+    a = {"id": "a", "args": {"weight_decay": 0, "lr": 2e-4, "packing": True, "layers": [1, 2]},
+         "seed": 1, "note": "0"}  # fmt: skip
+    b = {"id": "b", "args": {"weight_decay": 0.0, "lr": 0.0002, "packing": 1, "layers": [1.0, 2]},
+         "seed": 1.0, "note": 0}  # fmt: skip
+    diff = compare_view.config_diff(a, b, ("A", "B")).set_index("setting")
+    # 0 and 0.0 are the same number; True is not the number 1, nor the text "0" the number 0.
+    assert sorted(diff.index) == ["args.packing", "note"]
+    assert diff.loc["args.packing"].tolist() == ["true", "1"]
+    assert compare_view.config_diff(a, {**a, "extra": None}, ("A", "B"))["B"].tolist() == ["null"]
+    assert doctest.testmod(compare_view).failed == 0
+
+
+def test_the_replies_get_the_room_of_the_samples_table(two, runs_dir: Path):
+    sft, dpo = two
+    long_prompt = "My e-bike's display shows error 21 after the rain, what can I do? " * 4
+    for run in two:
+        files.write_samples(run.dir, [
+            {"prompt": long_prompt, "reference": "Dry the connector.",
+             "generated": f"{run.method}: unplug the display connector and dry it well."}
+        ])  # fmt: skip
+    _, side, _, _ = compare.pair(str(sft.dir), str(dpo.dir), runs_dir=runs_dir)
+    widths = dict(zip(side["value"].columns, side["column_widths"], strict=True))
+    share = {column: float(w.rstrip("%")) for column, w in widths.items()}
+    assert sum(share.values()) == pytest.approx(100, abs=0.5)
+    # Without widths the prompt took the row; now each run's reply has a fair column of it.
+    assert share[sft.id] >= 15 and share[dpo.id] >= 15 and share["prompt"] <= 50, share

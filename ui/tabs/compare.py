@@ -21,7 +21,7 @@ import gradio as gr
 import dragonfarm_core as dragon
 from dragonfarm_core.codegen import compare_code
 from dragonfarm_core.rundir import files, refs
-from ui import compare_view, present, watch
+from ui import compare_view, present, table_widths, watch
 from ui.context import AppContext
 
 TITLE = "Compare"
@@ -96,9 +96,13 @@ def pair(a: str | None, b: str | None, *, runs_dir: Path) -> tuple[Any, ...]:
     note = f"**{len(diff)}** settings differ between `{first.name}` (A) and `{second.name}` (B)."
     if side.empty:
         note += " " + NO_SHARED
+    # Widths per column: without them the prompt column takes the row and pushes A's and B's
+    # replies, what the user came to see, off-screen.
     return (
-        gr.update(value=diff, visible=True),
-        gr.update(value=side, visible=not side.empty),
+        gr.update(value=diff, visible=True, column_widths=table_widths.column_widths(diff)),
+        gr.update(
+            value=side, visible=not side.empty, column_widths=table_widths.column_widths(side)
+        ),
         note,
         present.error_html(""),
     )
