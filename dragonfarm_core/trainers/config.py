@@ -23,7 +23,11 @@ SCHEDULERS = ("linear", "cosine", "constant")
 TRACKERS = {"tensorboard": ("tensorboard", "tensorboardX"), "trackio": ("trackio",),
             "wandb": ("wandb",), "mlflow": ("mlflow",)}  # fmt: skip
 # Keys passed to TRL by the methods listed only; the others refuse them (not yet wired there).
-TRL_ONLY = {"report_to": ("sft",), "neftune_noise_alpha": ("sft",), "packing": ("sft",)}
+TRL_ONLY = {"report_to": ("sft",), "neftune_noise_alpha": ("sft",), "packing": ("sft",),
+            "padding_free": ("sft",), "use_liger_kernel": ("sft",)}  # fmt: skip
+# GPU speed-ups a run turns on by name. Off by default until bench/gpu_check.py measures them
+# paying on a GPU (docs/BENCHMARKS.md lists them as unmeasured until then).
+FLAGS = ("packing", "padding_free", "use_liger_kernel")
 
 
 @dataclass(frozen=True)
@@ -72,11 +76,32 @@ class ExtraArgs:
             "padding-free; each row still attends to itself only): fewer, fuller steps. SFT only."
         },
     )
+    padding_free: bool = field(
+        default=False,
+        metadata={
+            "help": "Flatten each batch into one row without padding (TRL's padding_free; each "
+            "row still attends to itself only): no compute on padding. SFT only."
+        },
+    )
+    use_liger_kernel: bool = field(
+        default=False,
+        metadata={
+            "help": "Liger's Triton kernels for RMSNorm, RoPE and SwiGLU (TRL's "
+            "use_liger_kernel): an NVIDIA GPU and pip install liger-kernel. SFT only."
+        },
+    )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.packing, bool):
+        for name in FLAGS:
+            if not isinstance(getattr(self, name), bool):
+                raise SettingsError(
+                    f"TrainArgs.extra['{name}'] must be true or false, got {getattr(self, name)!r}."
+                )
+        if self.use_liger_kernel and not importlib.util.find_spec("liger_kernel"):
             raise SettingsError(
-                f"TrainArgs.extra['packing'] must be true or false, got {self.packing!r}."
+                "TrainArgs.extra['use_liger_kernel'] needs the liger-kernel package, which is not "
+                "installed here: pip install liger-kernel (on a machine with an NVIDIA GPU), or "
+                "leave it out."
             )
         if self.lr_scheduler_type not in SCHEDULERS:
             raise SettingsError(

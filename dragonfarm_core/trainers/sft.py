@@ -16,7 +16,9 @@ and batches rows of similar length (train_sampling_strategy="group_by_length"). 
 `TrainArgs.extra["packing"]` TRL's `pack_dataset` puts several whole rows into each
 max_seq_len sequence and its collator flattens a batch into one padding-free row, whose
 position_ids restart at each row, so a row attends to itself only; `batch_size` then counts
-packed sequences.
+packed sequences. `extra["padding_free"]` flattens each batch so without packing, and
+`extra["use_liger_kernel"]` (a CUDA GPU) swaps in Liger's Triton kernels for RMSNorm, RoPE and
+SwiGLU; both are off by default until bench/gpu_check.py measures them paying on a GPU.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core import memory_estimate
+from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers import evaluation, lifecycle, modeling, sft_data, trl_run
 from dragonfarm_core.trainers.common import reported_run
 from dragonfarm_core.trainers.config import load_config
@@ -95,6 +98,11 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         config = load_config(run_dir)
         args = config.args
         placement = resolve_placement(config.hardware, config.model.base)
+        if config.extra.use_liger_kernel and placement.device.type != "cuda":
+            raise SettingsError(
+                f"TrainArgs.extra['use_liger_kernel'] needs an NVIDIA GPU (Liger's kernels are "
+                f"Triton's), but the run trains on {placement.device}; leave it out there."
+            )
         tokenizer = modeling.load_tokenizer(config.model)
         data = sft_data.load(run_dir, tokenizer, args.max_seq_len)
 
@@ -125,6 +133,8 @@ def main(run_dir: str | os.PathLike[str]) -> str:
             max_length=args.max_seq_len,
             dataset_kwargs={"skip_prepare_dataset": True},  # sft_data tokenized and truncated
             packing=packing,  # TRL's collator then flattens each batch (padding-free)
+            padding_free=config.extra.padding_free,  # the same flattening, without packing
+            use_liger_kernel=config.extra.use_liger_kernel,
         )  # fmt: skip
         trainer = trl_run.counted(learned_positions_loss(SFTTrainer, chunk_kept))(
             model=model,

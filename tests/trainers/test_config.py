@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
+from trainer_fixtures import liger_installed
 
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import SettingsError
@@ -30,6 +33,8 @@ def test_unknown_extra_key_is_named_with_the_known_ones():
         {"max_grad_norm": -1},
         {"sample_max_new_tokens": 2.5},
         {"packing": "yes"},
+        {"padding_free": 1},
+        {"use_liger_kernel": "true"},
     ],
 )
 def test_bad_extra_values(extra):
@@ -42,6 +47,21 @@ def test_packing_is_sft_only():
     with pytest.raises(SettingsError, match=r"extra\['packing'\] works for sft runs for now"):
         extra_args({"packing": True}, "dpo")
     assert extra_args({"packing": False}, "grpo").packing is False  # off is off anywhere
+
+
+@pytest.mark.parametrize("key", ["padding_free", "use_liger_kernel"])
+def test_gpu_speed_ups_are_sft_only_and_off_by_default(key, monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", liger_installed(True))
+    assert getattr(ExtraArgs(), key) is False  # not measured to pay yet (docs/BENCHMARKS.md)
+    assert getattr(extra_args({key: True}, "sft"), key) is True
+    with pytest.raises(SettingsError, match=rf"extra\['{key}'\] works for sft runs for now"):
+        extra_args({key: True}, "grpo")
+
+
+def test_liger_kernel_without_the_package_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", liger_installed(False))
+    with pytest.raises(SettingsError, match="pip install liger-kernel"):
+        extra_args({"use_liger_kernel": True}, "sft")
 
 
 def test_load_config(make_run, tiny_model_dir):

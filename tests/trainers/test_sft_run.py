@@ -6,6 +6,7 @@ few steps and read every file back from the run directory.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from trainer_fixtures import liger_installed
 
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import SettingsError
@@ -219,11 +221,20 @@ def test_bad_data_fails_with_reason_and_log_tail(make_run, tiny_model_dir):
 
 
 def test_unknown_extra_key_fails_before_loading(make_run, tmp_path):
-    run_dir = make_run(tmp_path / "no-model-needed", extra={"use_liger_kernel": True})
+    run_dir = make_run(tmp_path / "no-model-needed", extra={"use_kernels": True})
     with pytest.raises(SettingsError):
         sft.main(run_dir)
     status = files.read_status(run_dir)
-    assert status["reason"] == "config_error" and "'use_liger_kernel'" in status["error"]
+    assert status["reason"] == "config_error" and "'use_kernels'" in status["error"]
+
+
+def test_liger_kernels_off_a_gpu_fail_before_loading(make_run, tmp_path, monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", liger_installed(True))
+    run_dir = make_run(tmp_path / "no-model-needed", extra={"use_liger_kernel": True})
+    with pytest.raises(SettingsError, match="needs an NVIDIA GPU"):
+        sft.main(run_dir)
+    status = files.read_status(run_dir)
+    assert status["reason"] == "config_error" and "trains on cpu" in status["error"]
 
 
 @pytest.mark.slow

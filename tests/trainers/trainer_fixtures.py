@@ -133,3 +133,18 @@ def curves(run_dir: Path) -> tuple[dict[int, float], dict[int, float]]:
         assert row["step"] not in into, f"step {row['step']} logged twice in {run_dir.name}"
         into[row["step"]] = row[column]
     return train, held_out
+
+
+def liger_installed(installed: bool) -> Any:
+    """importlib.util.find_spec as if the liger-kernel package were (or were not) installed;
+    every other name is looked up as usual."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any) -> Any:
+        if name == "liger_kernel":
+            return real("json") if installed else None  # any spec stands for "installed"
+        return real(name, *args)
+
+    return find_spec
