@@ -14,6 +14,7 @@ what the trainer cannot tell apart, from the error text:
     template_error       the tokenizer has no chat template, or it failed on the rows
     data_error           the training files could not be read as rows (say which row)
     missing_dependency   a package the run needs is not installed (pip install it)
+    disk_full            the disk filled up: free space, then resume from the last checkpoint
     interrupted / error  anything else: resume from the last checkpoint when there is one
 
 A fix is applied by `retry`: the run's config read back as a RunSpec (its dataset rebuilt from
@@ -30,9 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dragonfarm_core.rundir import files
+from dragonfarm_core.rundir.disk import DISK_FULL
 from dragonfarm_core.rundir.run import Run, open_run
 
 MIN_SEQ_LEN = 128
+# Failures that a resume from the last checkpoint can get past, once their cause is gone.
+RESUMABLE = ("missing_dependency", "interrupted", DISK_FULL, "error")
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,8 @@ def _kind(status: dict[str, Any]) -> str:
         return "missing_dependency"
     if reason == "error" and re.search(r"out of memory|can't allocate memory", error, re.I):
         return "out_of_memory"
+    if reason == "error" and re.search(r"No space left on device", error, re.I):
+        return DISK_FULL
     return reason
 
 
@@ -101,6 +107,8 @@ EXPLANATIONS = {
     "Fix the dataset (Data and Mapping tabs) and train again.",
     "missing_dependency": "A package this run needs is not installed: install what the error "
     "names (pip install ...), then resume.",
+    DISK_FULL: "The disk holding the run filled up, so the trainer could not write. Free "
+    "space there (old runs, checkpoints, the model cache), then resume.",
     "config_error": "A setting does not fit this model or machine: the error says which.",
     "model_error": "The model, its tokenizer or an adapter could not be loaded: the error says "
     "which file.",
@@ -120,7 +128,7 @@ def triage(run: Run | str | os.PathLike[str]) -> Triage | None:
         fixes = _memory_fixes(config)
     elif kind == "nan_loss":
         fixes = _nan_fixes(config, status)
-    if kind in ("missing_dependency", "interrupted", "error") and files.checkpoints(run.dir):
+    if kind in RESUMABLE and files.checkpoints(run.dir):
         fixes.append(Fix("Resume from the last checkpoint", action="resume"))
     explanation = EXPLANATIONS.get(kind, "The run failed; its error and log say why.")
     return Triage(kind, explanation, tuple(fixes))

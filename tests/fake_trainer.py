@@ -7,6 +7,7 @@ Selected with DRAGONFARM_TRAINER_MODULE=fake_trainer and tests/ on PYTHONPATH. K
   FAKE_TRAINER_STEP_S           seconds per step (default 0.01)
   FAKE_TRAINER_SAVE_EVERY       checkpoint every this many steps (default 2)
   FAKE_TRAINER_FAIL_AT          raise RuntimeError at this step (the entry point's catch reports it)
+  FAKE_TRAINER_DISK_FULL_AT     at this step, save a checkpoint onto /dev/full (a real ENOSPC)
   FAKE_TRAINER_IGNORE_CANCEL=1  never look at cancel.request (exercises the kill fallback)
   FAKE_TRAINER_IGNORE_TERM=1    also ignore SIGTERM (only SIGKILL stops it)
   FAKE_TRAINER_NO_FINAL=1       return at once without writing a final state
@@ -55,6 +56,7 @@ def main(run_dir: str) -> None:
     config = files.read_config(run)
     steps, step_s = int(_knob("STEPS", 6)), _knob("STEP_S", 0.01)
     save_every, fail_at = int(_knob("SAVE_EVERY", 2)), int(_knob("FAIL_AT", 0))
+    disk_full_at = int(_knob("DISK_FULL_AT", 0))
     ignore_cancel = os.environ.get("FAKE_TRAINER_IGNORE_CANCEL") == "1"
     if os.environ.get("FAKE_TRAINER_IGNORE_TERM") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -85,6 +87,9 @@ def main(run_dir: str) -> None:
         if step == fail_at:
             print("about to fail", flush=True)
             raise RuntimeError(f"fake failure at step {step}")
+        if step == disk_full_at:  # the kernel answers every write to /dev/full with ENOSPC
+            with open("/dev/full", "wb", buffering=0) as weights:
+                weights.write(b"fake weights")
         loss = 2.0 / step
         files.append_progress(
             run,

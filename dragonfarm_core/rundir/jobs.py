@@ -11,7 +11,7 @@ The launcher side, in the app or a Python session:
 
     job = jobs.open_job(folder)
     job.start([sys.executable, "-m", "some.module", ...], device=queue_key)   # pid, at once
-    job.status()           # a dead process is reported failed with its log tail, and saved
+    job.status()           # a dead process is reported failed with its log tail (not saved)
     job.wait(timeout)      # the final status
     job.cancel(timeout)    # ask, then kill the whole process group after `timeout` s
     job.logs(20)
@@ -25,8 +25,9 @@ The launcher side, in the app or a Python session:
 - A job given a `device` (a queue key, `queue.queue_key`) waits its turn in the machine's
   device queue (`queue`) before it runs; one without starts at once.
 - Liveness: a queued or running status whose process is gone (killed, crashed, a reboot) is
-  turned into failed, reason `interrupted`, with the log's tail, and written back so every
-  reader agrees. A queued status without a pid is given STARTUP_GRACE_S to be spawned.
+  reported failed, reason `interrupted` (`disk_full` when the disk filled up), with the log's
+  tail. It is worked out on each read, never written by one: every reader agrees, and a full
+  disk cannot stop a read. A queued status without a pid is given STARTUP_GRACE_S to spawn.
 
 The job side, in the spawned process: `sys.exit(jobs.run_job(job_dir, work))` waits for the
 launcher's handshake and for its device turn, marks the job running, calls `work()` with a
@@ -57,7 +58,7 @@ from typing import Any
 
 import psutil
 
-from dragonfarm_core.rundir import childenv, files, queue
+from dragonfarm_core.rundir import childenv, disk, files, queue
 
 # A job just written as queued has no pid for the few milliseconds its launcher needs to spawn
 # it; a pid-less queued status younger than this is taken as starting, not as dead.
@@ -194,8 +195,12 @@ class Job:
         return proc.pid
 
     def status(self) -> dict[str, Any]:
-        """status.json, with a queued/running job whose process is gone turned into failed
-        (written back, so every reader, a second browser, a later session, agrees)."""
+        """status.json, with a queued/running job whose process is gone reported failed.
+
+        Reading never writes: the failure is worked out from the files on each read, the same
+        for every reader (a second browser, a later session), so a full disk or a read-only
+        copy reads as well as any. The next writer (a resume, a cancel) replaces the status.
+        """
         status = files.read_status(self.dir)
         if not _needs_check(status):
             return status
@@ -203,24 +208,31 @@ class Job:
         status = files.read_status(self.dir)
         if status.get("state") not in files.ACTIVE_STATES or process_alive(status):
             return status
-        pid, w = status.get("pid"), self.wording
+        return {**status, **self._gone(status)}
+
+    def _gone(self, status: dict[str, Any]) -> dict[str, Any]:
+        """The failed status of an active job whose process is gone: why, the log's tail, and
+        when it ended (its log's last write, so every read gives the same time)."""
+        pid, w, tail = status.get("pid"), self.wording, self.logs(20)
+        reason, full = "interrupted", disk.full_disk(self.dir, tail)
         if pid is None:
             error = f"The {w.noun} was queued but its {w.process} process never started. "
             error += w.never_started
+        elif full:
+            reason = disk.DISK_FULL
+            error = (
+                f"The {w.process} process (pid {pid}) stopped while the {w.noun} was "
+                f"{status.get('state')}: the disk was full ({full}). Free space on the disk "
+                f"holding {self.dir}, then {w.after_gone}."
+            )
         else:
             error = (
                 f"The {w.process} process (pid {pid}) is gone but the {w.noun} was still "
                 f"{status.get('state')}: it was killed or crashed (out of memory, a reboot, a "
                 f"kill). See the log tail; {w.after_gone}."
             )
-        return files.update_status(
-            self.dir,
-            state="failed",
-            reason="interrupted",
-            error=error,
-            log_tail=self.logs(20),
-            finished_at=files.now_iso(),
-        )
+        return {"state": "failed", "reason": reason, "error": error, "log_tail": tail,
+                "finished_at": disk.last_written(self.log, self.dir / files.STATUS)}  # fmt: skip
 
     def wait(self, timeout: float | None = None, poll: float = 0.2) -> dict[str, Any]:
         """Block until the job ends; its final status. TimeoutError after `timeout` seconds

@@ -99,9 +99,10 @@ def start_run(
 
 
 def live_status(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """status.json, with a queued/running run whose process is gone turned into failed.
+    """status.json, with a queued/running run whose process is gone reported failed.
 
-    The failure is written back, so every reader (a second browser, a later session) agrees.
+    Worked out on each read and never written (`jobs.Job.status`): every reader (a second
+    browser, a later session) agrees, and a full disk cannot stop the Monitor or runs().
     """
     return _job(run_dir).status()
 

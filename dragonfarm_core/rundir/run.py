@@ -70,8 +70,9 @@ class Run:
         return self.status().get("state")
 
     def status(self) -> dict[str, Any]:
-        """status.json; a queued/running run whose process is gone is reported (and saved)
-        failed, a status.json that cannot be read is reported "damaged" (files.read_status)."""
+        """status.json; a queued/running run whose process is gone is reported failed (never
+        written: reads do not write), a status.json that cannot be read is reported "damaged"
+        (files.read_status)."""
         return launch.live_status(self.dir)
 
     def progress(self) -> pd.DataFrame:

@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 
 from dragonfarm_core.methods import method
-from dragonfarm_core.rundir import files, launch, queue
+from dragonfarm_core.rundir import disk, files, launch, queue
 from dragonfarm_core.trainers import allocator, threads
 from dragonfarm_core.trainers.log_noise import quiet_library_noise
 
@@ -49,7 +49,7 @@ def _fail(run_dir: Path, exc: BaseException) -> None:
     files.update_status(
         run_dir,
         state="failed",
-        reason="error",
+        reason=disk.DISK_FULL if disk.is_disk_full(exc) else "error",
         error=error[:500],
         log_tail=files.read_log_tail(run_dir, 50),
         finished_at=files.now_iso(),

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from dragonfarm_core.methods import PROGRESS_COLUMNS
-from dragonfarm_core.rundir import files
+from dragonfarm_core.rundir import disk, files
 from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers.placement import process_rank
 
@@ -66,6 +66,8 @@ def failure_reason(exc: BaseException) -> str:
         return "config_error"
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted"
+    if disk.is_disk_full(exc):
+        return disk.DISK_FULL
     return "error"
 
 

@@ -19,7 +19,8 @@ from dragonfarm_core.data.dataset import Dataset, dataset
 from dragonfarm_core.rundir import files, jobs, launch, location
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
-KNOBS = ("STEPS", "STEP_S", "SAVE_EVERY", "FAIL_AT", "IGNORE_CANCEL", "IGNORE_TERM", "NO_FINAL")
+KNOBS = ("STEPS", "STEP_S", "SAVE_EVERY", "FAIL_AT", "DISK_FULL_AT", "IGNORE_CANCEL", "IGNORE_TERM",
+         "NO_FINAL")  # fmt: skip
 
 
 def _kill(status: dict) -> None:

@@ -87,7 +87,8 @@ def test_a_killed_job_is_reported_failed_with_its_log_tail(job, wait_for):
     assert seen["state"] == "failed" and seen["reason"] == "interrupted"
     assert f"pid {pid}" in seen["error"] and "is gone" in seen["error"]
     assert any(line.startswith("step ") for line in seen["log_tail"])
-    assert files.read_status(job.dir)["state"] == "failed"  # written back for every reader
+    assert jobs.open_job(job.dir).status() == seen  # every reader, at every read, agrees
+    assert files.read_status(job.dir)["state"] == "running"  # and reading wrote nothing
 
 
 def test_cancel_asks_and_a_job_that_listens_stops_by_itself(job, wait_for):

@@ -84,7 +84,8 @@ def test_a_killed_trainer_is_reported_failed_with_the_log_tail(
     assert seen["state"] == "failed" and seen["reason"] == "interrupted"
     assert "is gone" in seen["error"] and "resume" in seen["error"]
     assert any(line.startswith("step ") for line in seen["log_tail"])
-    assert files.read_status(run.dir)["state"] == "failed"  # written back for every reader
+    assert Run(run.dir).status() == seen  # every reader, at every read, agrees
+    assert files.read_status(run.dir)["state"] == "running"  # and reading wrote nothing
     with pytest.raises(RunFailedError, match="interrupted"):
         run.wait(poll=0.05)
 
