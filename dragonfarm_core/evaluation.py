@@ -215,6 +215,16 @@ def _read(run: Run, n: int, chosen: dict[str, Any] | None, recomputed: bool) -> 
     return Evaluation(run.id, run.method, results, samples, means, recomputed=recomputed)
 
 
+def saved_evaluation(run: Run | str | os.PathLike[str], n_samples: int = 10) -> Evaluation | None:
+    """What training wrote at its end (eval.json, the first `n_samples` of samples.json) with
+    the metric means stored earlier, read only: nothing is measured, scored or written. None
+    when the run has no eval.json (yet): `evaluate` would measure it with the saved adapter."""
+    run = open_run(run)
+    if files.read_eval(run.dir) is None:
+        return None
+    return _read(run, n_samples, None, recomputed=False)
+
+
 def evaluator_command(run_dir: Path, n_samples: int, job_dir: Path) -> list[str]:
     """The recompute's process: the evaluator entry point, run as the job in `job_dir`."""
     return [sys.executable, "-m", "dragonfarm_core.trainers.evaluate_run", str(run_dir),

@@ -252,18 +252,33 @@ def cancel(judging: Judging | None) -> tuple[Any, ...]:
     return _finished(judging)
 
 
-def show_fields(mode: str | None, kind: str | None) -> tuple[Any, Any, Any, Any]:
-    """(against, url, key, model) shown for the mode and the judge picked."""
-    model_help = {"Anthropic": ("Claude model", DEFAULT_CLAUDE),
-                  "OpenAI-compatible": ("Model on the server", "qwen2.5-7b-instruct"),
-                  "Local model": ("Run or model id", dragon.BUNDLED_MODEL_ID)}  # fmt: skip
-    label, placeholder = model_help.get(kind or "", ("Model", ""))
+# Per judge: the model box's label, and the model it holds until one is typed. What the box
+# shows is what Judge uses: no grey placeholder that looks chosen but is not. A server's models
+# are its own: its box starts empty, with an example in its help line.
+MODEL_FIELDS = {
+    "Anthropic": ("Claude model", DEFAULT_CLAUDE, "Any Claude model id."),
+    "OpenAI-compatible": ("Model on the server", "",
+                          "A model the server lists at /v1/models, e.g. qwen2.5-7b-instruct."),
+    "Local model": ("Run or model id", dragon.BUNDLED_MODEL_ID,
+                    "A run from the list, or a Hugging Face model id."),
+}  # fmt: skip
+DEFAULT_MODELS = {default for _, default, _ in MODEL_FIELDS.values()}
+
+
+def show_fields(
+    mode: str | None, kind: str | None, model: str | None = None
+) -> tuple[Any, Any, Any, Any]:
+    """(against, url, key, model) shown for the mode and the judge picked. The model box takes
+    the judge's default unless a model was typed (another judge's default is not typed)."""
+    label, default, info = MODEL_FIELDS.get(kind or "", ("Model", "", ""))
+    typed = (model or "").strip()
     return (
         gr.update(visible=mode == MODES[1]),
         gr.update(visible=kind in ("Anthropic", "OpenAI-compatible"),
                   label="Base URL (optional)" if kind == "Anthropic" else "Server URL (…/v1)"),
         gr.update(visible=kind in ("Anthropic", "OpenAI-compatible")),
-        gr.update(label=label, placeholder=placeholder),
+        gr.update(label=label, info=info,
+                  value=default if typed in ("", *DEFAULT_MODELS) else typed),
     )  # fmt: skip
 
 
@@ -281,7 +296,8 @@ def build(ctx: AppContext, picker: gr.Dropdown) -> None:
                       elem_id="judge-n")  # fmt: skip
     with gr.Row():
         kind = gr.Radio(list(KINDS), value=KINDS[0], label="Judge", scale=2, elem_id="judge-kind")
-        model = gr.Textbox(label="Claude model", placeholder=DEFAULT_CLAUDE, scale=2,
+        model_label, model_value, model_info = MODEL_FIELDS[KINDS[0]]
+        model = gr.Textbox(model_value, label=model_label, info=model_info, scale=2,
                            elem_id="judge-model")  # fmt: skip
         url = gr.Textbox(label="Base URL (optional)", scale=2, elem_id="judge-url")
         key = gr.Textbox(label="Key", type="password", scale=2, elem_id="judge-key",
@@ -316,5 +332,5 @@ def build(ctx: AppContext, picker: gr.Dropdown) -> None:
     watch.wire_job(timer, stop, judging, view, tick, cancel)
     picker.change(partial(show_earlier, runs_dir=ctx.runs_dir), [picker, judging], view)
     for trigger in (mode, kind):
-        trigger.change(show_fields, [mode, kind], [against, url, key, model])
+        trigger.change(show_fields, [mode, kind, model], [against, url, key, model])
     against.focus(lambda: gr.update(choices=against_choices(ctx.runs_dir)), None, against)

@@ -217,9 +217,26 @@ def test_a_running_judge_can_be_cancelled_from_the_page(sft_run, runs_dir: Path)
 def test_the_fields_follow_the_mode_and_judge():
     against, url, key, model = judge_panel.show_fields(PAIRWISE, "Local model")
     assert against["visible"] is True and url["visible"] is False and key["visible"] is False
-    assert model["placeholder"] == dragon.BUNDLED_MODEL_ID
+    assert model["value"] == dragon.BUNDLED_MODEL_ID
     against, url, key, model = judge_panel.show_fields(RUBRIC, "OpenAI-compatible")
     assert against["visible"] is False and url["visible"] is True and "/v1" in url["label"]
+
+
+def test_the_model_the_box_shows_is_the_one_that_judges(runs_dir: Path):
+    """A model shown in the box is a value Judge uses, never a grey placeholder: switching to
+    the local judge fills in the bundled model, and that judges without being typed again."""
+    *_, box = judge_panel.show_fields(RUBRIC, "Local model", judge_panel.DEFAULT_CLAUDE)
+    assert box["value"] == dragon.BUNDLED_MODEL_ID and "placeholder" not in box
+    judge = judge_panel.make_judge("Local model", box["value"], "", "", runs_dir)
+    assert judge.describe()["model"] == dragon.BUNDLED_MODEL_ID
+    with pytest.raises(ValueError, match="Name the local judge"):  # an empty box is empty
+        judge_panel.make_judge("Local model", "", "", "", runs_dir)
+    *_, box = judge_panel.show_fields(RUBRIC, "OpenAI-compatible", box["value"])
+    assert box["value"] == "" and "qwen" in box["info"]  # a server's model is typed
+    *_, box = judge_panel.show_fields(PAIRWISE, "Local model", "my-org/judge-7b")
+    assert box["value"] == "my-org/judge-7b"  # what was typed stays
+    *_, box = judge_panel.show_fields(RUBRIC, "Anthropic", "")
+    assert box["value"] == judge_panel.DEFAULT_CLAUDE
 
 
 def test_the_code_panel_runs_as_shown(sft_run, monkeypatch):

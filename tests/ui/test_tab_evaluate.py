@@ -79,6 +79,39 @@ def test_only_runs_that_have_ended_are_listed(mapped, model, runs_dir: Path, sft
     assert evaluate.select(runs_dir, str(queued)) == SKIP  # not finished: stays as it was
 
 
+def test_a_run_shown_as_picked_fills_the_panel_without_measuring(
+    sft_run, mapped, model, runs_dir: Path
+):
+    """The picker's change (picked by hand, or selected on another tab) shows what training
+    wrote and the code; nothing is measured, scored or written."""
+    files.write_json(sft_run.dir / files.METRICS, {"exact": {"mean": 0.5}})
+    before = sorted(p.name for p in sft_run.dir.rglob("*"))
+    out = outputs(evaluate.show(str(sft_run.dir), ["exact"], "", 2, False, None,
+                                runs_dir=runs_dir))  # fmt: skip
+    assert out["summary"].startswith(f"**Run `{sft_run.id}`** (SFT): 2 samples, as training")
+    assert dict(out["measures"].values.tolist())["perplexity"] == "3.49"
+    assert list(out["samples"]["generated"]) == [s["generated"] for s in SAMPLES]
+    assert out["metrics"]["value"].values.tolist() == [["exact", "0.5"]]  # stored earlier
+    assert f'dragon.evaluate("{sft_run.dir}", n_samples=2, metrics=["exact"])' in out["code"]
+    assert out["error"] == "" and out["go"]["interactive"] is True
+    assert sorted(p.name for p in sft_run.dir.rglob("*")) == before  # no job, no write
+    assert run_snippet(out["code"])["ev"].run_id == sft_run.id
+
+    # A finished run without eval.json: the code, and what Evaluate will do.
+    (sft_run.dir / files.EVAL).unlink()
+    out = outputs(evaluate.show(sft_run.id, [], "", 3, True, None, runs_dir=runs_dir))
+    assert "has no evaluation from its training" in out["summary"] and sft_run.id in out["summary"]
+    assert out["measures"]["visible"] is False and "recompute=True" in out["code"]
+    # No run, a run outside the runs dir, and a recompute under way (its view stays).
+    out = outputs(evaluate.show(None, [], "", 10, False, None, runs_dir=runs_dir))
+    assert evaluate.NO_RUN in out["summary"] and out["code"] == evaluate.CODE_HINT
+    out = outputs(evaluate.show("../elsewhere", [], "", 10, False, None, runs_dir=runs_dir))
+    assert "outside" in out["error"] and out["code"] == evaluate.CODE_HINT
+    assert evaluate.show(sft_run.id, [], "", 10, False, "watching", runs_dir=runs_dir) == (
+        (SKIP,) * len(NAMES)
+    )
+
+
 def test_an_sft_run_shows_loss_samples_metrics_and_code(sft_run, runs_dir: Path):
     out = outputs(
         evaluate.run_evaluation(

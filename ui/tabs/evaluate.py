@@ -1,7 +1,8 @@
 """The Evaluate tab: a finished run's held-out measurements, its sample replies, and metrics.
 
-Evaluate is `dragon.start_evaluation`: what training wrote at its end (eval.json and
-samples.json) is shown at once; measuring again with the saved adapter (when asked, or when
+A run shown as picked (by hand, or selected on another tab) shows at once what its training
+wrote (`evaluation.saved_evaluation`: eval.json and samples.json, read only) and the code.
+Evaluate is `dragon.start_evaluation`: what training wrote is shown at once; measuring again with the saved adapter (when asked, or when
 more samples are wanted than were written) is a background job (this process never loads a
 model), and the handler returns at once. The page then watches the job as the Monitor tab
 watches a run: a `gr.Timer`, active only while a job runs, ticks every TICK_S and reads the job
@@ -25,6 +26,7 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
+from dragonfarm_core import evaluation
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.rundir import files, refs
 from ui import judge_panel, present, watch
@@ -35,6 +37,10 @@ FINISHED = ("succeeded", "cancelled", "failed")
 ACTIVE = ("queued", "running")
 CODE_HINT = "# Pick a finished run; the Python that evaluates it appears here."
 NO_RUN = "Pick a finished run (it is listed once its training has ended)."
+NOT_WRITTEN = (
+    "Run `{run}` has no evaluation from its training (eval.json): press Evaluate to measure "
+    "it with its saved adapter."
+)
 EVALUATE_ERRORS = (ValueError, TypeError, OSError, RuntimeError)
 TICK_S = 1.0
 LIVENESS_S = 10.0
@@ -166,6 +172,36 @@ def _finished(watching: Watching) -> tuple[Any, ...]:
         log = "\n".join(watching.pending.logs(LOG_LINES))
         return _view(present.hint_html(str(e).splitlines()[0]), error=str(e), log=log)
     return _results(ev, watching.code)
+
+
+def show(
+    run_dir: str | None,
+    names: Sequence[str] | None,
+    pattern: str | None,
+    n_samples: float | None,
+    recompute: bool,
+    watching: Watching | None,
+    *,
+    runs_dir: Path,
+) -> tuple[Any, ...]:
+    """A run is shown as picked (by hand, from another tab, or when the tab opens) -> what its
+    training wrote and the code that evaluates it; nothing is measured. A recompute under way
+    keeps its view."""
+    if watching is not None:
+        return (gr.skip(),) * 11
+    hidden = (gr.update(visible=False),) * 3
+    if not run_dir:
+        return _view(present.hint_html(NO_RUN), hidden, CODE_HINT)
+    try:
+        path = refs.resolve_run(run_dir, runs_dir)  # refuses a run outside runs_dir
+        n = max(0, int(n_samples or 0))
+        ev = evaluation.saved_evaluation(path, n)
+    except EVALUATE_ERRORS as e:
+        return _view(present.hint_html(NO_RUN), hidden, CODE_HINT, error=str(e))
+    code = evaluate_code(str(path), n, recompute, names or [], pattern)
+    if ev is None:
+        return _view(present.hint_html(NOT_WRITTEN.format(run=path.name)), hidden, code)
+    return _results(ev, code)
 
 
 def run_evaluation(
@@ -303,6 +339,9 @@ def build(ctx: AppContext) -> None:
         view,
     )
     watch.wire_job(timer, stop, watching, view, tick, cancel)
+    shown = partial(show, runs_dir=ctx.runs_dir)
+    form = [picker, names, pattern, n_samples, recompute, watching]
+    picker.change(shown, form, view)
     picker.focus(partial(refresh_runs, ctx.runs_dir), [seen, picker], [picker, seen])
     ctx.run.change(partial(select, ctx.runs_dir), ctx.run, picker)
     judge_panel.build(ctx, picker)  # the Judge section: the picked run, judged by an LLM
