@@ -1,7 +1,7 @@
 """Language models as functions: judges, teachers and students from prompts to replies.
 
     f = dragon.llm_anthropic(system="You are a concise support agent.")
-    replies = f(["My thermostat drops off Wi-Fi."])   # [Reply(text=..., ...)]
+    replies = f(["My thermostat drops off Wi-Fi."])   # [Reply('...')]: each a str, and .ok
     f.usage, f.describe()                              # tokens so far; a record without secrets
 
 `base` has the shared machinery (Reply, threads, retries, cache); `providers` the

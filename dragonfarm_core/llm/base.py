@@ -19,7 +19,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +35,17 @@ JUDGE_SYSTEM = (
 )
 
 
-@dataclass(frozen=True)
-class Reply:
-    """One prompt's answer. Only an `ok` reply counts as a reply: a refusal, an empty answer, an
-    error or (for judges) an answer that is not JSON is recorded, with `text` kept for the
-    record, and never to be scored as if the model had answered."""
+@dataclass(frozen=True, eq=False, repr=False)
+class Reply(str):
+    """One prompt's answer: a `str` (its text), so `f(prompts)` is a list of strings, with the
+    record of how it came about in its fields. Only an `ok` reply counts as a reply: a
+    refusal, an empty answer, an error or (for judges) an answer that is not JSON is recorded,
+    with `text` kept for the record, and never to be scored as if the model had answered.
+
+    Equality and hashing are the text's, as for any str (`f(["Hi"]) == ["Hello!"]`, a set of
+    replies drops repeated texts); compare `as_dict()` to compare the fields too. String
+    methods return plain str; JSON writes the text, `as_dict()` the whole record.
+    """
 
     text: str = ""
     refusal: bool = False
@@ -54,15 +60,27 @@ class Reply:
     """A judge's parsed JSON answer (None for plain LLMs, and when `parse_error` is set)."""
     parse_error: str | None = None
 
+    def __new__(cls, text: str = "", *args: Any, **values: Any) -> Reply:
+        # The str value is the text; the dataclass's __init__ then sets every field.
+        if not isinstance(text, str):
+            raise TypeError(f"Reply text must be a str, got {type(text).__name__}.")
+        return super().__new__(cls, text)
+
     @property
     def ok(self) -> bool:
         return not (self.refusal or self.empty or self.error or self.parse_error)
 
-    def __str__(self) -> str:
-        return self.text
-
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def __repr__(self) -> str:
+        # The text first, then only the fields that say more than a plain answer would.
+        shown = [repr(self.text)] + [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+            if f.name != "text" and getattr(self, f.name) != f.default
+        ]
+        return f"Reply({', '.join(shown)})"
 
 
 class RetryableError(Exception):

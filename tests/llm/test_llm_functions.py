@@ -85,6 +85,52 @@ def test_a_single_string_is_refused_with_a_hint():
         f("just one")
 
 
+# -- replies are strings -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_replies_are_strings_that_keep_their_fields(kind, monkeypatch):
+    with SERVERS[kind]() as server:
+        f = make(kind, server, monkeypatch)
+        replies = f(["a", "b"])
+        cached = make(kind, server, monkeypatch)(["a"])
+    assert replies == ["echo: a", "echo: b"] and cached == ["echo: a"]  # the manual's promise
+    one = replies[0]
+    assert isinstance(one, str) and type(one.upper()) is str and one.upper() == "ECHO: A"
+    assert f"<{one}|{one:>9.4}>" == "<echo: a|     echo>" and "+".join([one, one]) == f"{one}+{one}"
+    assert one.startswith("echo") and one.split(": ") == ["echo", "a"] and str(one) == one.text
+    assert one.ok and one.text == "echo: a" and one.input_tokens == 10 and not one.cached
+    assert cached[0].cached and cached[0].input_tokens == replies[0].input_tokens
+    assert json.dumps(replies) == '["echo: a", "echo: b"]'  # JSON writes the text ...
+    assert one.as_dict()["input_tokens"] == 10  # ... as_dict() the whole record
+    assert {r: 1 for r in [*replies, *cached]} == {"echo: a": 1, "echo: b": 1}
+    shown = f"input_tokens=10, output_tokens=5, stop_reason={one.stop_reason!r}"
+    assert repr(one) == f"Reply('echo: a', {shown})"  # the text first, then what says more
+
+
+def test_reply_equality_is_the_texts_and_every_field_survives_a_copy():
+    import copy
+    import dataclasses
+
+    from dragonfarm_core.llm import Reply
+
+    refusal = Reply("No.", refusal=True, stop_reason="refusal")
+    assert refusal == "No." and refusal == Reply("No.") and hash(refusal) == hash("No.")
+    assert refusal.as_dict() != Reply("No.").as_dict() and not refusal.ok
+    judged = Reply('{"score": 8}', data={"score": 8})
+    assert judged in {judged} and judged.data == {"score": 8}  # hashable with a dict inside
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        back = pickle.loads(pickle.dumps(judged, protocol))
+        assert type(back) is Reply and back.as_dict() == judged.as_dict()
+    assert copy.deepcopy(refusal).as_dict() == refusal.as_dict()
+    empty = dataclasses.replace(Reply("  "), empty=True)
+    assert empty.empty and empty == "  " and empty.text == "  "
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        refusal.text = "changed"  # type: ignore[misc]
+    with pytest.raises(TypeError, match="must be a str"):
+        Reply(None)  # type: ignore[arg-type]
+
+
 # -- retries ------------------------------------------------------------------------------------
 
 
