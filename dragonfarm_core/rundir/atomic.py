@@ -3,7 +3,8 @@
 Whole files are written atomically: a temp file in the same folder (`.<name>.<random>.tmp`),
 fsync, replace. A temp file that a killed writer left behind is removed once it is
 TEMP_STALE_S old, by the next write in its folder (and by `files.read_status`). Append-only
-JSONL files get one write call per line, and their reader skips a torn or garbled line.
+JSONL files get one write call per line, always on a fresh line (after a torn one, a newline
+first), and their readers skip a torn or garbled line (`read_jsonl_checked` says which).
 Non-finite numbers are written as null, so the JSON stays standard. These functions name no
 file: `files` names every file of a run and of a job, and calls these.
 Pure standard library: the trainer and the app both import it.
@@ -102,22 +103,81 @@ def read_json(path: str | os.PathLike[str], default: Any = None) -> Any:
 
 
 def append_jsonl(path: str | os.PathLike[str], row: dict[str, Any]) -> None:
-    """Append one row; one write call per line keeps concurrent readers safe."""
-    line = dumps(row) + "\n"
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line)
-        f.flush()
+    """Append one row, as one write call (concurrent appenders never interleave), on a line of
+    its own: a writer that failed midway (a full disk) left a torn line without its newline,
+    so this row starts with one rather than be glued onto it and lost with it."""
+    data = (dumps(row) + "\n").encode("utf-8")  # before opening: a row that cannot be written
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+        while data:  # a regular file takes it whole; a short write goes on, an error raises
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
+
+
+def _lone_surrogate(line: str, row: Any) -> bool:
+    """Whether a parsed line holds a lone UTF-16 surrogate ("\\ud800"), which JSON's escapes
+    allow and UTF-8 cannot encode: every later write of the row (a page, a file) would fail."""
+    if "\\ud" not in line.lower():
+        return False
+    try:
+        dumps(row).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _line_problem(raw: bytes) -> tuple[Any, str | None]:
+    """(the row, None), or (None, what is wrong with this line of a JSONL file)."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, f"byte {e.start} is not UTF-8 text"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        return None, f"it is not JSON ({e.msg}, column {e.colno})"
+    if _lone_surrogate(line, row):
+        return None, "it holds a lone surrogate (an escape such as \\ud800), not text"
+    return row, None
+
+
+def read_jsonl_checked(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every line that is a JSON object, and what is wrong with each one that is not
+    ("line 3: it is not JSON (...)"): a torn line, a garbled one, one that is not an object."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().split(b"\n")
+    except FileNotFoundError:
+        return [], []
+    rows, problems = [], []
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        row, problem = _line_problem(raw)
+        if problem is None and not isinstance(row, dict):
+            problem = f"it holds a JSON {type(row).__name__}, not an object"
+        if problem is None:
+            rows.append(row)
+        else:
+            problems.append(f"line {number}: {problem}")
+    return rows, problems
 
 
 def read_jsonl(path: str | os.PathLike[str], tolerant: bool = False) -> list[dict[str, Any]]:
     """Every complete row; a torn or garbled last line (writer killed mid-write) is skipped.
 
-    tolerant: skip any line that is not a JSON object (and read bytes that are not UTF-8 as
-    U+FFFD), for files that are only shown, such as progress.jsonl; otherwise a garbled line
+    tolerant: skip any line that is not a JSON object, for files that are only shown, such as
+    progress.jsonl (read_jsonl_checked also says which and why); otherwise a garbled line
     before the last raises.
     """
+    if tolerant:
+        return read_jsonl_checked(path)[0]
     try:
-        with open(path, encoding="utf-8", errors="replace" if tolerant else "strict") as f:
+        with open(path, encoding="utf-8") as f:
             lines = f.read().split("\n")
     except FileNotFoundError:
         return []
@@ -126,13 +186,11 @@ def read_jsonl(path: str | os.PathLike[str], tolerant: bool = False) -> list[dic
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            rows.append(json.loads(line))
         except json.JSONDecodeError:
-            if tolerant or i >= len(lines) - 2:  # the last line, maybe followed by ""
+            if i >= len(lines) - 2:  # the last line, maybe followed by ""
                 continue
             raise
-        if isinstance(row, dict) or not tolerant:
-            rows.append(row)
     return rows
 
 

@@ -38,6 +38,7 @@ from dragonfarm_core.rundir.atomic import append_jsonl as append_jsonl
 from dragonfarm_core.rundir.atomic import dumps as dumps
 from dragonfarm_core.rundir.atomic import read_json as read_json
 from dragonfarm_core.rundir.atomic import read_jsonl as read_jsonl
+from dragonfarm_core.rundir.atomic import read_jsonl_checked as read_jsonl_checked
 from dragonfarm_core.rundir.atomic import remove_stale_temps as remove_stale_temps
 from dragonfarm_core.rundir.atomic import write_json as write_json
 from dragonfarm_core.rundir.atomic import write_jsonl as write_jsonl

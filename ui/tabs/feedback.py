@@ -21,10 +21,11 @@ import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal, runs_dir_argument
 from dragonfarm_core.feedback_store import (
     EVENTS_FILE,
+    damage_note,
     feedback_dir,
     judgments,
     pair_rows,
-    read_events,
+    read_events_checked,
     sft_rows,
 )
 from ui import pairs_panel, present
@@ -57,14 +58,16 @@ def events_version(runs_dir: Path) -> tuple[int, int] | None:
 
 
 def show(runs_dir: Path) -> tuple[Any, ...]:
-    """-> (records table, counts, version seen)."""
+    """-> (records table, counts, version seen). Lines of the events file that cannot be read
+    are skipped and said under the counts."""
     version = events_version(runs_dir)  # before reading: a write during the read shows next tick
-    events = read_events(runs_dir)
+    events, damaged = read_events_checked(runs_dir)
+    note = present.error_html(damage_note(damaged, runs_dir))
     if not events:
-        return present.feedback_table([]), present.hint_html(EMPTY), version
+        return present.feedback_table([]), present.hint_html(EMPTY) + note, version
     judged = judgments(events)
     counts = present.feedback_counts(events, len(sft_rows(judged)), len(pair_rows(judged)))
-    return present.feedback_table(events), counts, version
+    return present.feedback_table(events), counts + (f"\n\n{note}" if note else ""), version
 
 
 def tick(runs_dir: Path, seen: Any) -> tuple[Any, ...]:
