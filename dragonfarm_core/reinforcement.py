@@ -120,9 +120,10 @@ def test_rewards(
     Dataset mapped with .map_prompts() (its first `max_prompts` rows, references and other
     columns included, as the trainer scores them). Returns one row per completion: prompt,
     completion, one column per reward, total. A reward that fails on a completion scores 0
-    there and a warning quotes its first error. It samples like reinforce(): the same
-    temperature, top_p 1 (a backend's own defaults, such as a model's repetition penalty in
-    the local worker, may still apply).
+    there and a warning quotes its first error; one that runs out of time (a regex that
+    backtracks without end) raises RewardTimeout, naming the limit, at once. It samples like
+    reinforce(): the same temperature, top_p 1 (a backend's own defaults, such as a model's
+    repetition penalty in the local worker, may still apply).
     """
     from dragonfarm_core.generation import target_for
     from dragonfarm_core.inference.default import backend as default_backend
@@ -142,7 +143,8 @@ def test_rewards(
              for r in rows]  # fmt: skip
     errors = RewardErrors()
     scores = score(named, texts, completions, [r.get("reference") for r in rows],
-                   [r.get("fields") or {} for r in rows], errors)  # fmt: skip
+                   [r.get("fields") or {} for r in rows], errors,
+                   raise_timeouts=True)  # fmt: skip
     _warn_failures(errors)
     return pd.DataFrame({"prompt": texts, "completion": list(completions),
                          **scores.per_reward, "total": scores.total})  # fmt: skip

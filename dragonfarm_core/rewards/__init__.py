@@ -7,7 +7,7 @@
 completion, and `scoring` scores batches for the trainer and counts failures.
 """
 
-from dragonfarm_core.rewards.errors import RewardError
+from dragonfarm_core.rewards.errors import RewardError, RewardTimeout
 from dragonfarm_core.rewards.scoring import RewardErrors, Scores, completion_text, score, score_one
 from dragonfarm_core.rewards.spec import (
     NEEDS_REFERENCE,
@@ -24,6 +24,7 @@ __all__ = [
     "Reward",
     "RewardError",
     "RewardErrors",
+    "RewardTimeout",
     "Scores",
     "assign_names",
     "completion_text",

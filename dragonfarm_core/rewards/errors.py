@@ -12,3 +12,7 @@ class RewardError(ValueError):
     def __init__(self, message: str, traceback: str | None = None) -> None:
         super().__init__(message)
         self.traceback = traceback
+
+
+class RewardTimeout(RewardError):
+    """A reward ran past its time limit on one completion (a regex that backtracks without end)."""

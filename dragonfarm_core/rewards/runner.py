@@ -18,9 +18,11 @@ helper process (`serve`):
   and reaps all of it before it answers. Elsewhere (macOS) the command's process group and its
   visible descendants are killed, but a process that both setsid()s and double-forks escapes.
 - The caller talks to a helper over the helper's stdin and stdout, one JSON line per request
-  and per answer. A helper runs one command at a time (so whatever is left is that command's);
-  the caller keeps a small pool so that `score()`'s threads run commands side by side. A helper
-  whose stdin closes (its caller ended), or that has had nothing to do for a while, exits.
+  and per answer. A request runs a command (`run`) or regex searches with a time limit
+  (`search`, see `regex_search`: a search that never ends would freeze the caller). A helper
+  runs one command at a time (so whatever is left is that command's); the caller keeps a
+  small pool so that `score()`'s threads run commands side by side. A helper whose stdin
+  closes (its caller ended), or that has had nothing to do for a while, exits.
 
 Each command runs from an argv list (never a shell), in a fresh temporary folder, with the
 caller's child_env(), in its own process group, with stdout and stderr read incrementally and
@@ -43,10 +45,11 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from dragonfarm_core.rewards import regex_search
 from dragonfarm_core.rewards.errors import RewardError
 from dragonfarm_core.rundir import childenv, jobs
 
@@ -262,6 +265,12 @@ def _requests(fd: int) -> Iterator[bytes]:
         buffer += chunk
 
 
+OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
+    "command": execute,
+    "regex": regex_search.search,
+}
+
+
 def serve() -> None:
     """The helper: detach, become a subreaper, then run one request per stdin line."""
     if os.fork():  # detach (module docstring): the spawned process ends, the helper goes on
@@ -272,7 +281,8 @@ def serve() -> None:
     _send(stdout, {"ready": os.getpid(), "subreaper": subreaper})
     for line in _requests(sys.stdin.fileno()):
         try:
-            answer = execute(**json.loads(line))
+            request = json.loads(line)
+            answer = OPERATIONS[request.pop("op")](**request)
         except Exception:
             answer = {"error": traceback.format_exc()}
         finally:
@@ -397,32 +407,50 @@ def _give_back(helper: _Helper) -> None:
     helper.close()
 
 
+def _ask(request: dict[str, Any], timeout: float, what: str) -> dict[str, Any]:
+    """Send one request to a helper; its answer, or RewardError when it fails or is late."""
+    helper = _take()
+    try:
+        answer = helper.ask(request, timeout)
+    except (TimeoutError, EOFError, OSError, ValueError) as e:
+        helper.kill()
+        raise RewardError(
+            f"The helper that runs rewards (pid {helper.pid}) failed while running {what} "
+            f"({e}); it was stopped and the next reward starts a new one."
+        ) from None
+    except BaseException:  # Ctrl-C: it finishes this request (up to its timeout) and exits
+        helper.close()
+        raise
+    _give_back(helper)
+    if "error" in answer:
+        raise RewardError(f"The reward could not be run:\n{answer['error']}")
+    return answer
+
+
 def run(argv: list[str], completion: str, input: str, timeout: float) -> dict[str, Any]:
     """Run one command in a helper; the fields of a CommandResult."""
     request = {
+        "op": "command",
         "argv": list(argv),
         "completion": completion,
         "input": input,
         "timeout": float(timeout),
         "env": childenv.child_env(),
     }
-    helper = _take()
-    try:
-        answer = helper.ask(request, float(timeout) + LEFTOVER_S + ANSWER_MARGIN_S)
-    except (TimeoutError, EOFError, OSError, ValueError) as e:
-        helper.kill()
-        raise RewardError(
-            f"The helper that runs reward commands (pid {helper.pid}) failed while running "
-            f"{argv[0] if argv else '?'} ({e}); it was stopped and the next command starts "
-            "a new one."
-        ) from None
-    except BaseException:  # Ctrl-C: it finishes this command (up to its timeout) and exits
-        helper.close()
-        raise
-    _give_back(helper)
-    if "error" in answer:
-        raise RewardError(f"The reward command could not be run:\n{answer['error']}")
-    return answer
+    wait = float(timeout) + LEFTOVER_S + ANSWER_MARGIN_S
+    return _ask(request, wait, argv[0] if argv else "?")
+
+
+def search(
+    pattern: str, case_sensitive: bool, texts: list[str], timeout: float
+) -> list[bool | None]:
+    """The regex reward's search (builtin.regex_score) of each text, in a helper: whether the
+    pattern is found, up to the first text whose search took longer than `timeout` seconds
+    (and was killed), which is None and ends the list; the caller sends the rest again."""
+    request = {"op": "regex", "pattern": pattern, "case_sensitive": case_sensitive,
+               "texts": texts, "timeout": float(timeout)}  # fmt: skip
+    wait = float(timeout) * max(1, len(texts)) + ANSWER_MARGIN_S
+    return _ask(request, wait, f"the regex {pattern!r}")["found"]
 
 
 def close_all() -> None:

@@ -10,6 +10,13 @@ completion and is counted, so one odd completion cannot stop a run; a reward tha
 (by default more than 20% of at least 20 calls) stops it with the first traceback, which is the
 one that explains the problem. Built-in and command rewards are clipped to [0, 1]; custom
 rewards keep any finite number they return.
+
+A regex reward searches in the reward helper (`runner.search`), never in this process, and
+gives up after REGEX_TIMEOUT_S on one completion: a pattern that backtracks without end would
+otherwise hold the app, or the trainer and the device queue behind it. Such a completion fails
+like any other (RewardTimeout: it scores 0 and is counted), so in training a pattern that
+times out often stops the run with that message; the dry run (`raise_timeouts=True`) refuses
+the pattern at its first timeout.
 """
 
 from __future__ import annotations
@@ -23,9 +30,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from dragonfarm_core.rewards import builtin, command, custom
-from dragonfarm_core.rewards.errors import RewardError
+from dragonfarm_core.rewards import builtin, command, custom, runner
+from dragonfarm_core.rewards.errors import RewardError, RewardTimeout
 from dragonfarm_core.rewards.spec import Reward, reward_names
+
+# Far above what any sane pattern takes on one completion (microseconds on a few KB), far below
+# what a person waits for: a search that takes longer backtracks catastrophically.
+REGEX_TIMEOUT_S = 1.0
 
 
 def completion_text(completion: Any) -> str:
@@ -57,6 +68,10 @@ def score_one(
     elif reward.type == "command":
         result = command.run_command(reward.command or (), text, reward.input, reward.timeout)
         value = command.command_score(result, reward.score_from, reward.min_score, reward.max_score)
+    elif reward.type == "regex":
+        value, error = _regex_results(reward, [text], raise_timeouts=True)[0]
+        if error is not None:
+            raise error
     else:
         value = _builtin(reward, text, reference or "")
     if not isinstance(value, numbers.Real):  # bool counts: True is 1
@@ -70,6 +85,51 @@ def score_one(
     return value if reward.type == "custom" else min(1.0, max(0.0, value))
 
 
+Result = tuple[float, Exception | None]
+
+
+def _regex_results(
+    reward: Reward, completions: Sequence[Any], raise_timeouts: bool
+) -> list[Result]:
+    """The regex reward on each completion: one helper request searches them all (one fork,
+    not one per completion), each given REGEX_TIMEOUT_S; after a timeout, the rest go again."""
+    results: list[Result] = [(0.0, None)] * len(completions)
+    texts: dict[int, str] = {}
+    for i, completion in enumerate(completions):
+        try:
+            texts[i] = completion_text(completion)
+        except TypeError as e:
+            results[i] = (0.0, e)
+    todo = list(texts)
+    while todo:
+        try:
+            found = runner.search(str(reward.pattern), reward.case_sensitive,
+                                  [texts[i] for i in todo], REGEX_TIMEOUT_S)  # fmt: skip
+        except RewardError as e:  # the helper failed: the searches not done fail with it
+            for i in todo:
+                results[i] = (0.0, e)
+            break
+        for i, hit in zip(todo, found, strict=False):
+            if hit is None:
+                timeout = _timed_out(reward, texts[i])
+                if raise_timeouts:
+                    raise timeout
+                results[i] = (0.0, timeout)
+            else:
+                results[i] = (float(hit), None)
+        todo = todo[len(found) :]
+    return results
+
+
+def _timed_out(reward: Reward, text: str) -> RewardTimeout:
+    return RewardTimeout(
+        f"Reward {reward.label!r} gave up after {REGEX_TIMEOUT_S:g} s on one completion "
+        f"({len(text)} characters): its pattern {reward.pattern!r} backtracks too much "
+        "(nested repeats such as (.+)+ can take exponential time). Simplify the pattern, "
+        "e.g. one repeat per part and anchors."
+    )
+
+
 def _builtin(reward: Reward, text: str, reference: str) -> float:
     if reward.type == "exact":
         return builtin.exact(text, reference)
@@ -77,8 +137,6 @@ def _builtin(reward: Reward, text: str, reference: str) -> float:
         return builtin.contains(text, reference)
     if reward.type == "numeric":
         return builtin.numeric(text, reference)
-    if reward.type == "regex":
-        return builtin.regex_score(text, str(reward.pattern), reward.case_sensitive)
     if reward.type == "json":
         return builtin.json_score(text, reward.keys)
     if reward.type == "length":
@@ -92,6 +150,7 @@ def _builtin(reward: Reward, text: str, reference: str) -> float:
 class _Tally:
     calls: int = 0
     errors: int = 0
+    first_error: str | None = None  # its type and message, for the one line a status shows
     first_traceback: str | None = None
 
 
@@ -109,6 +168,7 @@ class RewardErrors:
         if error is not None:
             tally.errors += 1
             if tally.first_traceback is None:
+                tally.first_error = f"{type(error).__name__}: {error}".splitlines()[0]
                 tally.first_traceback = "".join(traceback.format_exception(error))
 
     def counts(self) -> dict[str, tuple[int, int]]:
@@ -121,7 +181,8 @@ class RewardErrors:
             if t.calls >= self.min_calls and t.errors > self.max_rate * t.calls:
                 raise RewardError(
                     f"Reward {name!r} failed on {t.errors} of {t.calls} completions (more than "
-                    f"{self.max_rate:.0%}); the first failure was:\n{t.first_traceback}",
+                    f"{self.max_rate:.0%}), first with {t.first_error}\nThe first failure "
+                    f"was:\n{t.first_traceback}",
                     traceback=t.first_traceback,
                 )
 
@@ -141,8 +202,12 @@ def score(
     references: Sequence[str | None] | None = None,
     rows: Sequence[Any] | None = None,
     errors: RewardErrors | None = None,
+    raise_timeouts: bool = False,
 ) -> Scores:
     """Score each completion with each reward; failures score 0 and are counted in `errors`.
+
+    raise_timeouts: a regex that runs out of time on a completion raises RewardTimeout at once
+    instead (the dry run: it refuses the pattern rather than wait on every completion).
 
     >>> from dragonfarm_core.rewards.spec import reward
     >>> s = score([reward("numeric"), reward("length", max_chars=4, weight=0.5)],
@@ -161,13 +226,15 @@ def score(
     per_reward: dict[str, list[float]] = {}
     for r, name in zip(rewards, names, strict=True):
 
-        def attempt(i: int, r: Reward = r) -> tuple[float, Exception | None]:
+        def attempt(i: int, r: Reward = r) -> Result:
             try:
                 return score_one(r, prompts[i], completions[i], references[i], rows[i]), None
             except Exception as e:
                 return 0.0, e
 
-        if r.type == "command" and n > 1:  # programs wait on I/O: run a few side by side
+        if r.type == "regex":
+            results = _regex_results(r, completions, raise_timeouts)
+        elif r.type == "command" and n > 1:  # programs wait on I/O: run a few side by side
             with ThreadPoolExecutor(max_workers=min(n, os.cpu_count() or 1, 8)) as pool:
                 results = list(pool.map(attempt, range(n)))
         else:
