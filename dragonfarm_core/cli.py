@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import dragonfarm_core as dragon
-from dragonfarm_core import cli_pack, cli_pipeline, cli_talk, cli_train, cli_users
+from dragonfarm_core import cli_pack, cli_pipeline, cli_talk, cli_train, cli_users, llama_cpp_build
 from dragonfarm_core.http_guard import ALLOWED_HOSTS_HELP
 from dragonfarm_core.inference import InferenceError
 from dragonfarm_core.profiles import profile_names
@@ -273,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "export-gguf", "convert a run's merged model (or a model folder) to GGUF "
                  "with llama.cpp, checked against it", _export_gguf,
                  epilog="llama.cpp: --llama-cpp, else LLAMA_CPP_DIR, else the cache that "
-                 "scripts/build_llama_cpp.py builds (dragonfarm check says which).")  # fmt: skip
+                 "dragonfarm build-llama-cpp builds (dragonfarm check says which).")  # fmt: skip
     p.add_argument("target", metavar="RUN_OR_DIR",
                    help="a run (merged first if needed) or a merged model folder")  # fmt: skip
     p.add_argument("--quant", default="q8_0", metavar="TYPE",
@@ -282,6 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="default: beside the folder, <folder>-<quant>.gguf")  # fmt: skip
     p.add_argument("--llama-cpp", default=None, metavar="DIR", help="a llama.cpp tree, built")
     _runs_dir_flag(p)
+
+    p = _command(sub, "build-llama-cpp", "build llama.cpp's converter and CPU binaries for GGUF "
+                 "export, once (about 10 minutes on 2 cores)", llama_cpp_build.run,
+                 epilog="The pinned llama-cpp-python source distribution is fetched with pip; "
+                 "a complete build is reused, an interrupted one resumed.")  # fmt: skip
+    llama_cpp_build.add_arguments(p)
 
     p = _command(sub, "publish", "upload a run's model to the Hugging Face Hub, with a model card",
                  _publish, epilog="The token: HF_TOKEN, else the login cache (`hf auth login`); "

@@ -7,7 +7,7 @@
 The GGUF is written by llama.cpp's own `convert_hf_to_gguf.py` (f32, f16, bf16, q8_0 directly;
 the other types through `llama-quantize` from an f16 file), never by a writer of our own; the
 llama.cpp used is `find_llama_cpp()`'s (the argument, LLAMA_CPP_DIR, or the cache that
-`scripts/build_llama_cpp.py` builds offline). The export runs as a background job
+`dragonfarm build-llama-cpp` or the Export tab's Build button builds offline). The export runs as a background job
 (`rundir.jobs`: <run>/jobs/gguf-<time>/ for a run's model, <runs dir>/jobs/gguf-<time>/ for any
 other folder; process `python -m dragonfarm_core.trainers.gguf_run`), so this process never
 imports torch.
@@ -241,7 +241,7 @@ def export_gguf(
     out_file: default beside the folder, <folder>-<quant>.gguf. quant: f16, bf16, q8_0 (the
     converter's own), or a llama-quantize type (q4_k_m, q5_k_m, q6_k...). llama_cpp_dir: a
     llama.cpp tree with its binaries built; default LLAMA_CPP_DIR, else the cache that
-    scripts/build_llama_cpp.py builds. The template round-trip check runs on the file before it
+    `dragonfarm build-llama-cpp` builds. The template round-trip check runs on the file before it
     takes its name; its record is <file>.check.json (`read_check`), and a failed check raises
     GGUFError naming the first differing token. wait=False returns the path at once while the
     job runs (start_export_gguf returns the job itself).

@@ -6,17 +6,17 @@
 dragonfarm never writes GGUF itself: `gguf.export_gguf` runs llama.cpp's own
 `convert_hf_to_gguf.py` (and `llama-quantize`), and the template round-trip check runs
 `llama-server`. Those come from a llama.cpp source tree with its CPU binaries built: one the user
-points at (`LLAMA_CPP_DIR`, a checkout built with cmake), or the one
-`scripts/build_llama_cpp.py` builds offline from the llama.cpp sources that travel inside the
-pinned llama-cpp-python source distribution, into a cache folder outside the repository
-(`cache_dir()`). The cache is complete once its marker, written last, is there; a native build
+points at (`LLAMA_CPP_DIR`, a checkout built with cmake), or the one `dragonfarm build-llama-cpp`
+(`llama_cpp_build`; the Export tab's Build button) builds offline from the llama.cpp sources that
+travel inside the pinned llama-cpp-python source distribution, into a cache folder outside the
+repository (`cache_dir()`). The cache is complete once its marker, written last, is there; a native build
 records the CPU features it was compiled for, so a cache carried to a machine without them is
 reported unusable instead of crashing on an illegal instruction.
 
 The converter runs with dragonfarm's own Python (numpy, torch, transformers, sentencepiece are
 here already) and the tree's gguf-py on PYTHONPATH; llama.cpp's requirements files are never
 installed (they pin other torch and transformers builds). Pure standard library: the app,
-`dragonfarm check` and the build script import it.
+`dragonfarm check` and the build import it.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 LLAMA_CPP_PYTHON_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 # Written last into a built cache folder: what was built, how, and for which CPU.
 BUILT_MARKER = ".dragonfarm-built.json"
-# Raised when scripts/build_llama_cpp.py changes how it builds, so a cache built the old way is
+# Raised when llama_cpp_build changes how it builds, so a cache built the old way is
 # built again. 2: native builds leave out ggml's AMX kernels (see NATIVE_CFLAGS).
 BUILD_REVISION = 2
 # ggml's AMX matrix kernels (compiled in whenever -march=native finds AMX, as on Sapphire Rapids)
@@ -55,10 +55,11 @@ SIMD_FLAGS = frozenset(
      "amx_tile", "amx_int8", "amx_bf16", "neon", "asimd", "asimddp", "sve", "i8mm"}
 )  # fmt: skip
 BUILD_HINT = (
-    "Build one offline with `python scripts/build_llama_cpp.py` from a dragonfarm checkout (it "
-    f"fetches the pinned llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} source distribution with "
-    "pip and compiles llama.cpp's CPU binaries into {cache}, which is then found by itself), or "
-    f"point {LLAMA_CPP_DIR_ENV} at a llama.cpp checkout whose binaries are built "
+    "Build it here, once: press Build llama.cpp in the app's Export tab, or run `dragonfarm "
+    f"build-llama-cpp` (about 10 minutes on 2 cores; it fetches the pinned llama-cpp-python "
+    f"{LLAMA_CPP_PYTHON_VERSION} source distribution with pip and compiles llama.cpp's CPU "
+    "binaries into {cache}, where they are found by themselves, no restart needed). Or point "
+    f"{LLAMA_CPP_DIR_ENV} at a llama.cpp checkout whose binaries are built "
     "(cmake -B build && cmake --build build --target llama-server llama-quantize)."
 )
 

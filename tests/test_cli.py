@@ -23,11 +23,15 @@ import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
+from dragonfarm_core import llama_cpp
 from dragonfarm_core.models import bundled_model_path
 from dragonfarm_core.rundir import files, launch
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
+sys.path.insert(0, str(TESTS))
+from llama_cpp_fakes import complete_cache  # noqa: E402
+
 MODEL = str(bundled_model_path())
 SFT = ["--prompt", "{subject}\\n\\n{body}", "--response", "reply"]
 
@@ -410,3 +414,24 @@ def test_chat_ends_at_end_of_input(runs):
     assert "echo: only line" in done.stdout and "(rated up)" in done.stdout
     bad = cli("chat", MODEL, "--max-new-tokens", "0", input="")
     assert bad.returncode == 2 and "max_new_tokens" in bad.stderr
+
+
+# --- build-llama-cpp -------------------------------------------------------------------------
+
+
+def test_build_llama_cpp_reuses_a_complete_build_and_says_why_it_cannot_build(tmp_path):
+    """`dragonfarm build-llama-cpp`: the build a pip install has (no scripts/ needed). A complete
+    cache is reused at once; a source that is not the pinned one is refused, exit 1."""
+    cache = tmp_path / "cache"
+    built = complete_cache(cache / f"llama.cpp-{llama_cpp.LLAMA_CPP_PYTHON_VERSION}")
+    done = cli("build-llama-cpp", DRAGONFARM_CACHE=str(cache))
+    assert done.returncode == 0, done.stderr
+    assert f"llama.cpp is ready in {built}" in done.stdout and "reused" in done.stdout
+    check = cli("check", "--json", DRAGONFARM_CACHE=str(cache), LLAMA_CPP_DIR="")
+    assert json.loads(check.stdout)["llama_cpp"]["root"] == str(built)
+
+    sdist = tmp_path / f"llama_cpp_python-{llama_cpp.LLAMA_CPP_PYTHON_VERSION}.tar.gz"
+    sdist.write_bytes(b"not the source distribution")
+    failed = cli("build-llama-cpp", "--cache", str(tmp_path / "new"), "--sdist", str(sdist))
+    assert failed.returncode == 1 and "not the pinned" in failed.stderr
+    assert "--portable" in cli("build-llama-cpp", "--help").stdout

@@ -3,23 +3,19 @@
 Fast: a missing or unusable llama.cpp is named with the way to get one (before any job starts);
 the converter's staged input carries what transformers 5 keeps only in tokenizer.json; the
 check names the first differing token and applies the quantized tolerance; a failing converter
-fails the export and leaves no file; the build script reuses a complete cache and refuses a
-source distribution that is not the pinned one. Slow, on the bundled model with the real
-llama.cpp (built by scripts/build_llama_cpp.py; these tests FAIL, never skip, without it):
+fails the export and leaves no file (the build itself: tests/test_llama_cpp_build.py). Slow, on
+the bundled model with the real llama.cpp (built by `dragonfarm build-llama-cpp` or
+scripts/build_llama_cpp.py; these tests FAIL, never skip, without it):
 f16 and q8_0 exports pass the round trip; a template changed after export and a GGUF the
 converter wrote from the raw folder are both caught."""
 
 from __future__ import annotations
 
-import importlib.util
-import io
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -30,6 +26,8 @@ from dragonfarm_core.gguf import GGUFError, LlamaCppMissing
 from dragonfarm_core.rundir import files, location
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from llama_cpp_fakes import fake_llama_cpp  # noqa: E402
 
 
 @pytest.fixture
@@ -56,20 +54,6 @@ def model_folder(path: Path) -> Path:
     return path
 
 
-def fake_llama_cpp(root: Path, converter: str = "") -> Path:
-    """A llama.cpp tree: a converter script (`converter` is its body), gguf-py, and
-    executable binaries that do nothing."""
-    (root / "gguf-py" / "gguf").mkdir(parents=True)
-    (root / "gguf-py" / "gguf" / "__init__.py").write_text("")
-    (root / llama_cpp.CONVERTER).write_text(converter or "import sys\nsys.exit(0)\n")
-    (root / "build" / "bin").mkdir(parents=True)
-    for name in (llama_cpp.SERVER, llama_cpp.QUANTIZE):
-        binary = root / "build" / "bin" / name
-        binary.write_text("#!/bin/sh\nexit 0\n")
-        binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
-    return root
-
-
 # --- finding llama.cpp -------------------------------------------------------------------------
 
 
@@ -78,7 +62,9 @@ def test_a_missing_llama_cpp_says_how_to_get_one_and_starts_nothing(no_llama_cpp
         dragon.export_gguf(model_folder(tmp_path / "m"))
     message = str(raised.value)
     assert "No llama.cpp found" in message and "LLAMA_CPP_DIR is not set" in message
-    assert "python scripts/build_llama_cpp.py" in message and str(no_llama_cpp) in message
+    # A pip install has no scripts/: the message names the product's own ways to build it.
+    assert "dragonfarm build-llama-cpp" in message and "Build llama.cpp" in message
+    assert "scripts/" not in message and str(no_llama_cpp) in message
     assert not (runs / files.JOBS_DIR).exists()  # refused before any job started
     assert not list(tmp_path.glob("*.gguf"))
     facts = llama_cpp.describe()
@@ -246,46 +232,6 @@ def test_the_verdict_names_the_first_differing_token_on_both_sides():
         "in the prompt tokens (the chat template) of check prompt 1, token 1: transformers 2 "
         "'hf2', llama.cpp 3 'gg3'."
     )
-
-
-# --- the build script ----------------------------------------------------------------------------
-
-
-def build_script():
-    spec = importlib.util.spec_from_file_location(
-        "build_llama_cpp", ROOT / "scripts" / "build_llama_cpp.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_build_script_reuses_a_complete_cache(tmp_path, monkeypatch, capsys):
-    script = build_script()
-    cache = fake_llama_cpp(tmp_path / "llama.cpp-x")
-    marker = {"native": True, "cpu_flags": sorted(llama_cpp.cpu_flags()), "built_at": "then",
-              "build_revision": llama_cpp.BUILD_REVISION}  # fmt: skip
-    (cache / llama_cpp.BUILT_MARKER).write_text(json.dumps(marker))
-
-    def nothing_runs(*args, **kwargs):
-        raise AssertionError(f"ran {args[0]}")
-
-    monkeypatch.setattr(subprocess, "run", nothing_runs)
-    assert script.main(["--cache", str(cache)]) == 0
-    assert "reused" in capsys.readouterr().out
-
-
-def test_the_build_script_refuses_a_source_that_is_not_the_pinned_one(tmp_path):
-    script = build_script()
-    sdist = tmp_path / f"llama_cpp_python-{llama_cpp.LLAMA_CPP_PYTHON_VERSION}.tar.gz"
-    with tarfile.open(sdist, "w:gz") as tar:
-        data = b"print('not llama.cpp')\n"
-        info = tarfile.TarInfo("llama_cpp_python/vendor/llama.cpp/convert_hf_to_gguf.py")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    with pytest.raises(SystemExit, match="not the pinned"):
-        script.unpack(sdist, tmp_path / "out")
-    assert not (tmp_path / "out").exists()
 
 
 # --- real exports on the bundled model (slow) -------------------------------------------------

@@ -60,7 +60,7 @@ def test_a_gguf_without_llama_cpp_says_how_to_get_it(tmp_path, capsys, monkeypat
     monkeypatch.setenv("LLAMA_CPP_DIR", str(tmp_path / "empty"))
     assert serve.main([str(gguf)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("dragonfarm serve:") and "build_llama_cpp.py" in err
+    assert err.startswith("dragonfarm serve:") and "dragonfarm build-llama-cpp" in err
 
 
 def test_base_makes_no_sense_for_a_gguf(tmp_path, capsys):

@@ -16,13 +16,15 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from dragonfarm_core import export
+from dragonfarm_core import export, llama_cpp
 from dragonfarm_core.rundir import files
+from ui import llama_cpp_panel
 from ui.tabs import export as tab
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 from hub_fakes import FakeHub  # noqa: E402
+from llama_cpp_fakes import complete_cache  # noqa: E402
 
 sys.path.insert(0, str(TESTS / "inference"))
 from inference_fakes import FakeOllama  # noqa: E402
@@ -271,3 +273,40 @@ def test_ollama_from_the_page_registers_the_exported_gguf(runs_dir: Path):
     assert "| registered with Ollama | ✅ | `from-page`" in shown["checks"]
     assert 'dragon.serve_ollama(run, name="from-page", url=' in shown["code"]
     assert "ollama/Modelfile" in list(shown["files"]["value"]["file"])
+
+
+PANEL = ["status", "error", "log", "stop", "build", "timer", "pending"]
+
+
+def test_without_llama_cpp_export_gguf_names_the_build_button_and_build_runs_as_a_job(
+    runs_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.delenv(llama_cpp.LLAMA_CPP_DIR_ENV, raising=False)
+    monkeypatch.setenv(llama_cpp.CACHE_ENV, str(tmp_path / "cache"))
+    run_dir = succeeded_run(runs_dir)
+    merged(run_dir)
+    with pytest.warns(UserWarning, match="No llama.cpp found"):
+        out = start("gguf", run_dir, runs_dir)
+    # What a pip user can do: the button on this page, or the command; no checkout's script.
+    assert "Build llama.cpp" in out["error"] and "dragonfarm build-llama-cpp" in out["error"]
+    assert "scripts/" not in out["error"] and out["watching"] is None
+    assert llama_cpp_panel.status_text() == llama_cpp_panel.MISSING
+
+    # Build runs the real build as a job. A build compiles for 10 minutes: here the cache is
+    # complete already, so the job finds it and ends in seconds.
+    complete_cache(llama_cpp.cache_dir())
+    shown = dict(zip(PANEL, llama_cpp_panel.build_now(), strict=True))
+    end = time.monotonic() + 60
+    while shown["pending"] is not None:
+        assert shown["stop"]["interactive"] is True and shown["build"]["interactive"] is False
+        assert shown["timer"].active is True and "Building llama.cpp" in shown["status"]
+        assert time.monotonic() < end, shown["status"]
+        time.sleep(0.2)
+        shown = dict(zip(PANEL, llama_cpp_panel.tick(shown["pending"]), strict=True))
+    assert "Export GGUF works now" in shown["status"] and shown["error"] == ""
+    assert "reused" in shown["log"]["value"] and shown["timer"].active is False
+    assert shown["build"]["interactive"] is True and shown["stop"]["interactive"] is False
+    # No restart: the page's line and Export GGUF look for llama.cpp again, and find it.
+    assert "llama.cpp is ready" in llama_cpp_panel.status_text()
+    assert llama_cpp.find_llama_cpp().found_by == "the build cache"
+    assert llama_cpp_panel.tick(None) == (SKIP,) * len(PANEL)

@@ -8,9 +8,10 @@ login cache, reaches the job on its standard input only; the field is emptied on
 has it). One step runs at a time on a page. The page watches it like the Evaluate tab watches
 a recompute: a `gr.Timer`, active only while a job runs, reads the job when the run's change
 counter (`ui.watch`) moved or every LIVENESS_S; it shows the job's state and log and a
-Cancel. Below: the files the run's exports wrote with their sizes, every check's verdict (the
-merge's greedy tokens, the GGUF's template round trip, the Ollama template's), and the Python of
-the step. The picked run is resolved in the app's runs dir (`refs.resolve_run`).
+Cancel. Under the steps, `ui.llama_cpp_panel` says whether llama.cpp (which GGUF export needs)
+is built here, with a button that builds it. Below: the files the run's exports wrote with their
+sizes, every check's verdict (the merge's greedy tokens, the GGUF's template round trip, the
+Ollama template's), and the Python of the step. The picked run is resolved in the app's runs dir (`refs.resolve_run`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import dragonfarm_core as dragon
 from dragonfarm_core.codegen import export_code
 from dragonfarm_core.export_summary import ExportSummary, summary
 from dragonfarm_core.rundir import files, refs
-from ui import present, watch
+from ui import llama_cpp_panel, present, watch
 from ui.context import AppContext
 from ui.export_view import checks_markdown, files_table
 
@@ -250,6 +251,7 @@ def build(ctx: AppContext) -> None:
                          info="Runs that have succeeded; open the list to refresh it.",
                          elem_id="export-run")  # fmt: skip
     merge, quant, gguf, name, url, ollama, repo, what, private, token, publish = _steps()
+    llama_cpp_panel.build()  # whether GGUF export can run here; Build when it cannot
     stop = gr.Button("Cancel", interactive=False, elem_id="export-cancel")
     error = gr.HTML(elem_id="export-error")
     status = gr.Markdown(present.hint_html(NO_RUN), elem_id="export-status")
