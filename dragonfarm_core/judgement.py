@@ -32,6 +32,7 @@ import pandas as pd
 from dragonfarm_core import judging
 from dragonfarm_core.judge_inputs import Row, generate_replies, opponent_of, rows_to_judge
 from dragonfarm_core.judge_summary import judge_label, pairwise_summary, rubric_summary
+from dragonfarm_core.llm_jobs import run_home
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import Run, open_run
 
@@ -151,7 +152,7 @@ def judge(
         or max_new_tokens < 1
     ):
         raise ValueError(f"max_new_tokens = {max_new_tokens!r}; use a whole number, 1 or more.")
-    fn = judging.as_judge(judge)
+    fn = judging.as_judge(judge, run_home(run.dir))  # cached where the run lives
     rows, source = rows_to_judge(run, prompts, n, seed)
     opponent = opponent_of(run, against) if against is not None else None
     pairwise = opponent is not None

@@ -79,14 +79,21 @@ class Verdict:
 # -- coercing a judge ----------------------------------------------------------------------------
 
 
-def as_judge(judge: Any) -> Judge:
+def as_judge(judge: Any, runs_dir: str | os.PathLike[str] | None = None) -> Judge:
     """A callable from prompts to answers, from what a person passed as `judge=`.
 
     None: Claude through `judge_anthropic()` when ANTHROPIC_API_KEY is set (the manual's
     default), else a ValueError naming the choices. An `LLM` is used as it is; a `Run`, a path,
     a run id, a model id or a model folder becomes `judge_local(...)` (greedy, JSON-only); any
     other callable is called with a list of prompts and must return one answer per prompt.
+    runs_dir: where run ids are found and an LLM keeps its response cache (None: the
+    session's runs dir).
     """
+    made = _as_judge(judge, runs_dir)
+    return made.caching_in(runs_dir) if isinstance(made, LLM) else made
+
+
+def _as_judge(judge: Any, runs_dir: str | os.PathLike[str] | None) -> Judge:
     if judge is None:
         if os.environ.get(ANTHROPIC_KEY_ENV, "").strip():
             return judge_anthropic()
@@ -100,7 +107,7 @@ def as_judge(judge: Any) -> Judge:
     if isinstance(judge, str | os.PathLike) or hasattr(judge, "dir"):
         if isinstance(judge, str) and not judge.strip():
             raise ValueError("judge = '': name a run, a model id or a model folder.")
-        return judge_local(local_model(judge))
+        return judge_local(local_model(judge, runs_dir))
     if callable(judge):
         return judge
     raise TypeError(
@@ -109,14 +116,14 @@ def as_judge(judge: Any) -> Judge:
     )
 
 
-def local_model(x: Any) -> Any:
+def local_model(x: Any, runs_dir: str | os.PathLike[str] | None = None) -> Any:
     """A run id in the runs directory as its Run; anything else (a Run, a run folder, a model
     id, a model folder) as it is, for the inference backend to resolve."""
     if isinstance(x, str) and Path(x).name == x and not Path(x).exists():
         from dragonfarm_core.rundir import files, location
         from dragonfarm_core.rundir.run import Run
 
-        candidate = location.runs_dir() / x
+        candidate = location.runs_dir(runs_dir) / x
         if files.is_run_dir(candidate):
             return Run(candidate)
     return x

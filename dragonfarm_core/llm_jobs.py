@@ -107,7 +107,7 @@ def _secrets(keys: dict[str, str | None]) -> bytes:
     return json.dumps({k: v for k, v in keys.items() if v}).encode()
 
 
-def _home(run_dir: Path) -> Path:
+def run_home(run_dir: Path) -> Path:
     """The runs dir a run belongs to (an archived run's is two levels up)."""
     parent = run_dir.parent
     return parent.parent if parent.name == files.ARCHIVED_DIR else parent
@@ -130,7 +130,7 @@ def start(
     if kind not in KINDS:
         raise ValueError(f"Unknown job kind {kind!r}; one of {', '.join(KINDS)}.")
     opened = open_run(run) if run is not None else None
-    home = _home(opened.dir) if opened is not None else location.runs_dir(runs_dir)
+    home = run_home(opened.dir) if opened is not None else location.runs_dir(runs_dir)
     # The child works in the same runs dir (its response cache lives there).
     body = {**spec, "kind": kind, "runs_dir": str(home)}
     secrets = [v for v in (keys or {}).values() if v]

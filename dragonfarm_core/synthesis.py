@@ -35,6 +35,7 @@ import os
 from typing import Any
 
 from dragonfarm_core.data.dataset import Dataset
+from dragonfarm_core.judging import as_judge
 from dragonfarm_core.synthesis_asking import (
     Progress,
     PromptRow,
@@ -122,11 +123,16 @@ def synthesize(
     )  # fmt: skip
     rows = prompt_rows(prompts, system)
     path = output_path(file, runs_dir, name)
-    first = as_llm(teacher, None, max_new_tokens, temperature)
+    # Answers are cached in the runs dir named here, so a later session pays for none again.
+    first = as_llm(teacher, None, max_new_tokens, temperature, runs_dir=runs_dir)
+    if judge is not None:
+        judge = as_judge(judge, runs_dir)
 
     asked, dropped = fresh_prompts(rows, dedupe)
     replies = ask_rows(
-        lambda s: as_llm(teacher, s, max_new_tokens, temperature) if s else first,
+        lambda s: (
+            as_llm(teacher, s, max_new_tokens, temperature, runs_dir=runs_dir) if s else first
+        ),
         [rows[i] for i in asked],
         phase="teacher",
         progress=progress,

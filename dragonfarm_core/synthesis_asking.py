@@ -121,19 +121,20 @@ def as_llm(
     temperature: float,
     what: str = "teacher",
     seed: int | None = None,
+    runs_dir: str | os.PathLike[str] | None = None,
 ) -> Any:
     """`x` as a function from prompts to Replies: an LLM as it is (with `system` when it has
     none of its own), a run / run directory / model id / model folder through the local
     inference backend (`llm_local`, with these sampling settings and seed), or a plain
-    callable."""
+    callable. An LLM keeps its response cache in `runs_dir` (None: the session's)."""
     if isinstance(x, LLM):
-        return _with_system(x, system)
+        return _with_system(x, system).caching_in(runs_dir)
     if isinstance(x, str | os.PathLike):
         from dragonfarm_core.llm import llm_local
 
         return llm_local(
             x, system=system, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed
-        )
+        ).caching_in(runs_dir)
     if callable(x):
         return CallableLLM(x)
     raise TypeError(
@@ -145,14 +146,10 @@ def as_llm(
 
 def _with_system(f: LLM, system: str | None) -> LLM:
     """`f` asking with `system` when it was built without a system prompt of its own (one it
-    was built with wins). A shallow copy that shares the key, client and usage counts:
-    `copy.copy` goes through `__getstate__`, which drops a key typed in."""
+    was built with wins), sharing its key, client and usage counts."""
     if system is None or f.system is not None:
         return f
-    g = type(f).__new__(type(f))
-    g.__dict__.update(f.__dict__)
-    g.system = system
-    return g
+    return f.sharing(system=system)
 
 
 def describe_model(f: Any) -> dict[str, Any]:

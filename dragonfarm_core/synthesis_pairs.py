@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from dragonfarm_core.data.dataset import Dataset
+from dragonfarm_core.judging import as_judge
 from dragonfarm_core.llm.base import Reply
 from dragonfarm_core.synthesis_asking import (
     Progress,
@@ -88,10 +89,17 @@ def synthesize_pairs(
     )  # fmt: skip
     rows = prompt_rows(prompts, system)
     path = output_path(file, runs_dir, name)
-    first = as_llm(student, None, max_new_tokens, temperature, "student", seed)
+    # Answers are cached in the runs dir named here, so a later session pays for none again.
+    first = as_llm(student, None, max_new_tokens, temperature, "student", seed, runs_dir)
+    if judge is not None:
+        judge = as_judge(judge, runs_dir)
 
     def student_for(s: str | None) -> Any:
-        return as_llm(student, s, max_new_tokens, temperature, "student", seed) if s else first
+        return (
+            as_llm(student, s, max_new_tokens, temperature, "student", seed, runs_dir)
+            if s
+            else first
+        )
 
     asked, dropped = fresh_prompts(rows, dedupe=True)
     todo = [rows[i] for i in asked]
@@ -102,7 +110,7 @@ def synthesize_pairs(
     else:
 
         def teacher_for(s: str | None) -> Any:
-            return as_llm(teacher, s, max_new_tokens, temperature, seed=seed)
+            return as_llm(teacher, s, max_new_tokens, temperature, seed=seed, runs_dir=runs_dir)
 
         teacher_f = teacher_for(None)
         chosen = ask_rows(

@@ -4,7 +4,8 @@ An `LLM` is a callable from a list of prompts to a list of `Reply`, in order. A 
 how to ask one prompt (`_ask`) and which errors are worth retrying (`_retry_after`); this
 module runs up to `max_active` prompts at once in threads, retries 429/5xx/timeouts with
 exponential backoff (a server's `retry-after` wins, capped at `max_wait`), counts tokens, and
-keeps answers in a response cache under the runs dir so a rerun does not pay twice.
+keeps answers in a response cache under the runs dir (the one a synthesis, judgement or
+pipeline names: `caching_in`) so a rerun, in this session or a later one, does not pay twice.
 
 Keys never leave memory: `describe()` names the environment variable a key came from, cache
 files hold only `describe()` and the reply, and pickling an LLM drops the key and the client
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import threading
 import time
@@ -121,6 +123,9 @@ class LLM:
         self.max_active, self.judge, self.cache = max_active, judge, bool(cache)
         self.retries, self.backoff, self.max_wait = retries, float(backoff), float(max_wait)
         self.api_key_env = api_key_env
+        # Where the response cache lives (<runs_dir>/llm_cache/); None: the session's runs dir.
+        # `caching_in` sets it: synthesis, judging and pipeline steps call it with theirs.
+        self.runs_dir: Path | None = None
         self._lock = threading.Lock()
         self.usage = _zero_usage()
 
@@ -233,6 +238,21 @@ class LLM:
         with self._lock:
             self.usage = _zero_usage()
 
+    def sharing(self, **changes: Any) -> LLM:
+        """A copy with `changes` that shares this one's key, client and usage counts (a
+        shallow copy: `copy.copy` goes through `__getstate__`, which drops a key typed in)."""
+        other = type(self).__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other.__dict__.update(changes)
+        return other
+
+    def caching_in(self, runs_dir: str | os.PathLike[str] | None) -> LLM:
+        """This function keeping its answers in `<runs_dir>/llm_cache/`, so a later session
+        given the same runs dir asks nothing twice (None: as it is)."""
+        if runs_dir is None or not str(runs_dir).strip():
+            return self
+        return self.sharing(runs_dir=location.runs_dir(runs_dir))
+
     # -- records ----------------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
@@ -296,7 +316,7 @@ class LLM:
         return keys
 
     def _cache_path(self, key: str) -> Path:
-        return location.runs_dir() / CACHE_DIR / key[:2] / f"{key}.json"
+        return location.runs_dir(self.runs_dir) / CACHE_DIR / key[:2] / f"{key}.json"
 
     def _cache_read(self, key: str) -> Reply | None:
         entry = files.read_json(self._cache_path(key))

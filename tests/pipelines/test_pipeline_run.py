@@ -73,6 +73,29 @@ def test_train_synthesize_prefer_judge_chain_and_the_record_after_each_step(
     assert "step 2 (synthesize_pairs) succeeded" in log and "pipeline succeeded" in log
 
 
+@pytest.mark.filterwarnings("ignore:Run .* held no rows out")
+def test_the_steps_judge_keeps_its_answers_in_the_pipelines_runs_dir(
+    runs_root, model_dir, sft_data, backend
+):
+    from dragonfarm_core.rundir import location
+    from tests.llm.llm_fakes import FakeOpenAI
+
+    with FakeOpenAI(answer=lambda q: {"text": first_sample_best(q)}) as server:
+        judge = dragon.judge_openai("judge-model", server.url)
+        p = dragon.pipeline(str(model_dir), [
+            dragon.steps.train(sft_data),
+            dragon.steps.synthesize_pairs(n=2, judge=judge, n_samples_per_prompt=2),
+            dragon.steps.judge(against="base", judge=judge, n=2),
+        ], runs_dir=runs_root)  # fmt: skip
+        asked = len(server.requests)
+    # 2 prompts x 2 samples scored; one held-out row judged both ways round.
+    assert p.status()["status"] == "succeeded" and asked == 2 * 2 + 2
+    # No runs dir is set in this session (its default is a temp folder, removed at exit): the
+    # answers are where the pipeline's runs are, for the next session to find.
+    assert len(list((runs_root / files.LLM_CACHE_DIR).rglob("*.json"))) == asked
+    assert not (location.runs_dir() / files.LLM_CACHE_DIR).exists()
+
+
 def test_a_failing_step_fails_the_pipeline_and_names_it(runs_root, model_dir, sft_data,
                                                         pairs_data, monkeypatch):  # fmt: skip
     monkeypatch.setenv("FAKE_TRAINER_FAIL_AT", "3")
