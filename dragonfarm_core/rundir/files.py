@@ -8,6 +8,10 @@ has the run's format and its output goes to `job.log`. This is the only module t
 those files. JSON files are written atomically and `progress.jsonl` is append-only (`atomic`);
 non-finite numbers are written as null.
 
+config.json is read through `read_config`, which checks its shape (`config_schema`) and raises
+ConfigDamagedError saying what is wrong; such a run (its status.json beside it) stays a run,
+reported as state DAMAGED.
+
 status.json is read through `read_status`, which checks it (`status_schema`): an unreadable
 file (truncated, not UTF-8, not JSON, not an object) or one whose fields have the wrong type
 (a state that is not one of STATES, a step that is not a whole number) is read again a few
@@ -25,6 +29,7 @@ Pure standard library: the trainer and the app both import it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -42,6 +47,8 @@ from dragonfarm_core.rundir.atomic import read_jsonl_checked as read_jsonl_check
 from dragonfarm_core.rundir.atomic import remove_stale_temps as remove_stale_temps
 from dragonfarm_core.rundir.atomic import write_json as write_json
 from dragonfarm_core.rundir.atomic import write_jsonl as write_jsonl
+from dragonfarm_core.rundir.config_schema import ConfigDamagedError as ConfigDamagedError
+from dragonfarm_core.rundir.config_schema import config_problem
 from dragonfarm_core.rundir.status_schema import ACTIVE_STATES as ACTIVE_STATES
 from dragonfarm_core.rundir.status_schema import DAMAGED as DAMAGED
 from dragonfarm_core.rundir.status_schema import FINISHING as FINISHING
@@ -125,9 +132,27 @@ def parse_iso(value: str | None) -> datetime | None:
 
 
 def read_config(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    config = read_json(Path(run_dir) / CONFIG)
-    if config is None:
-        raise FileNotFoundError(f"{run_dir} is not a run directory: it has no {CONFIG}.")
+    """config.json, checked (`config_schema`): FileNotFoundError when there is none,
+    ConfigDamagedError (a ValueError) saying what is wrong and what to do when it cannot be
+    read as a run's (not UTF-8, not JSON, not an object, a field of the wrong type)."""
+    path = Path(run_dir) / CONFIG
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{run_dir} is not a run directory: it has no {CONFIG}.") from None
+    try:
+        config: Any = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        problem: str | None = f"byte {e.start} is not UTF-8 text"
+    except json.JSONDecodeError as e:
+        problem = f"it is not valid JSON ({e.msg}: line {e.lineno}, column {e.colno})"
+    else:
+        problem = config_problem(config)
+    if problem is not None:
+        raise ConfigDamagedError(
+            f"{path} is damaged: {problem}. The run's settings cannot be read from it: put "
+            "config.json back from a copy, or delete the run (dragon.delete_run)."
+        )
     return config
 
 
@@ -136,15 +161,24 @@ def write_config(run_dir: str | os.PathLike[str], config: dict[str, Any]) -> Non
 
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
-    """A folder whose config.json is a run's (a model folder has a config.json too)."""
-    path = Path(path) / CONFIG
-    if not path.is_file():
+    """A folder whose config.json is a run's (a model folder has a config.json too), or a run
+    whose config.json is damaged: one that is not a run's, beside a run's status.json (it is
+    listed, as damaged, so it can be looked at and deleted)."""
+    path = Path(path)
+    if not (path / CONFIG).is_file():
         return False
     try:
-        config = read_json(path)
-    except (OSError, ValueError):  # unreadable: not listed as a run, left as it is
-        return False
-    return isinstance(config, dict) and "method" in config and "schema" in config
+        config = read_json(path / CONFIG)
+    except (OSError, ValueError):  # unreadable
+        config = None
+    if isinstance(config, dict) and "method" in config and "schema" in config:
+        return True
+    return (path / STATUS).is_file()
+
+
+def damaged_config_status(problem: ConfigDamagedError) -> dict[str, Any]:
+    """The status reported for a run whose config.json cannot be read as one."""
+    return {"state": DAMAGED, "error": str(problem)}
 
 
 # --- status.json, of a run or of a job ---------------------------------------------------------

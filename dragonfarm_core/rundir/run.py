@@ -46,24 +46,33 @@ class Run:
                 "dragon.runs() lists the runs in the runs directory."
             )
         self.dir = path
-        # Read once: config.json never changes after the run is created.
-        self._config: dict[str, Any] = files.read_config(path)
+        # Read once: config.json never changes after the run is created. A damaged one still
+        # opens the run (to look at it, delete it): status() says "damaged", config raises.
+        self._config: dict[str, Any] = {}
+        self._damage: files.ConfigDamagedError | None = None
+        try:
+            self._config = files.read_config(path)
+        except files.ConfigDamagedError as e:
+            self._damage = e
 
     @property
     def config(self) -> dict[str, Any]:
+        """config.json; ConfigDamagedError, saying what is wrong, when it cannot be read."""
+        if self._damage is not None:
+            raise files.ConfigDamagedError(str(self._damage))
         return self._config
 
     @property
     def id(self) -> str:
-        return str(self.config.get("id") or self.dir.name)
+        return str(self._config.get("id") or self.dir.name)
 
     @property
     def name(self) -> str:
-        return str(self.config.get("name") or self.id)
+        return str(self._config.get("name") or self.id)
 
     @property
     def method(self) -> str:
-        return str(self.config.get("method", "sft"))
+        return str(self._config.get("method", "sft"))
 
     @property
     def state(self) -> str | None:
@@ -72,7 +81,10 @@ class Run:
     def status(self) -> dict[str, Any]:
         """status.json; a queued/running run whose process is gone is reported failed (never
         written: reads do not write), a status.json that cannot be read is reported "damaged"
-        (files.read_status)."""
+        (files.read_status), and so is a run whose config.json cannot be read (files.read_config).
+        """
+        if self._damage is not None:
+            return files.damaged_config_status(self._damage)
         return launch.live_status(self.dir)
 
     def progress(self) -> pd.DataFrame:

@@ -31,7 +31,7 @@ STATUS_FIELDS: dict[str, tuple[type, ...]] = {
     "log_tail": (list,),
 }
 _KIND_NAMES = {int: "a whole number", float: "a number", str: "a string", dict: "an object",
-              list: "a list"}  # fmt: skip
+              list: "a list", bool: "true or false"}  # fmt: skip
 
 
 def status_problem(status: Any) -> str | None:
@@ -43,13 +43,22 @@ def status_problem(status: Any) -> str | None:
     if state not in STATES:
         got = "no state" if state is None else f"the state {state!r:.40}"
         return f"it names {got}, not one of {', '.join(STATES)}"
-    for key, kinds in STATUS_FIELDS.items():
-        value = status.get(key)
+    return field_problem(status, STATUS_FIELDS)
+
+
+def field_problem(
+    values: dict[str, Any], fields: dict[str, tuple[type, ...]], where: str = ""
+) -> str | None:
+    """The first of `fields` whose value in `values` has the wrong type (None is allowed), as
+    the end of a sentence ("its step is 'three', not a whole number"); None when all fit.
+    `where` prefixes the name of a field in a group ("model.")."""
+    for key, kinds in fields.items():
+        value = values.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, kinds):
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             wanted = " or ".join(_KIND_NAMES[k] for k in kinds)
-            return f"its {key} is {value!r:.40}, not {wanted}"
+            return f"its {where}{key} is {value!r:.40}, not {wanted}"
     return None
 
 

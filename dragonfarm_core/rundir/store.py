@@ -65,15 +65,15 @@ def _trained_on(status: dict[str, Any]) -> str | None:
 
 
 def _row(run_dir: Path) -> dict[str, Any]:
-    """One run's row. A damaged status.json shows as state "damaged" (live_status never raises
-    on it); a config.json that cannot be read any more leaves the config columns empty. Either
-    way the run stays listed, so it can be looked at, archived or deleted."""
+    """One run's row. A damaged status.json or config.json shows as state "damaged" (neither
+    read raises on it), a config.json that cannot be read leaving the config columns empty.
+    Either way the run stays listed, so it can be looked at, archived or deleted."""
     status = launch.live_status(run_dir)
     try:
         config = files.read_config(run_dir)
-        if not isinstance(config, dict):
-            raise ValueError(f"it holds a JSON {type(config).__name__}, not an object")
-    except (OSError, ValueError) as e:  # changed since is_run_dir read it
+    except files.ConfigDamagedError as e:
+        config, status = {}, files.damaged_config_status(e)
+    except OSError as e:  # gone or unreadable since run_dirs() listed it
         warnings.warn(
             f"Run {run_dir}: its {files.CONFIG} cannot be read ({e}); it is listed without "
             "its name, model and method.",
@@ -178,7 +178,10 @@ def dependents(run_dir: Path) -> list[str]:
         for child in sorted(root.iterdir()) if root.is_dir() else []:
             if child == run_dir or not files.is_run_dir(child):
                 continue
-            config = files.read_json(child / files.CONFIG, default={}) or {}
+            try:
+                config = files.read_config(child)
+            except (OSError, ValueError):  # a damaged run names no parent that can be read
+                continue
             adapters = (config.get("model") or {}).get("adapters") or []
             linked = [config.get("continued_from"), *[str(Path(a).parent) for a in adapters]]
             if str(run_dir) in linked:

@@ -213,3 +213,112 @@ def test_a_write_cleans_its_folder_too(tmp_path):
     _age(leftover, files.TEMP_STALE_S + 5)
     files.write_json(tmp_path / "eval.json", {"eval_loss": 1.0})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.json"]
+
+
+def _config_with(run_dir: Path, path: str, value: object) -> bytes:
+    """The run's config.json with the field at `path` ("model.name") set to `value`."""
+    config = json.loads((run_dir / files.CONFIG).read_text())
+    *groups, key = path.split(".")
+    target = config
+    for group in groups:
+        target = target[group]
+    target[key] = value
+    return json.dumps(config).encode()
+
+
+# config.json damaged in every way a reader could trip on: (field, value) or whole bytes.
+CONFIG_DAMAGE: dict[str, tuple[str, object] | bytes] = {
+    "a list": b'[{"schema": 1, "method": "sft"}]',
+    "not JSON": b'{"schema": 1, "method": "sft", "id": ',
+    "not UTF-8": b'{"schema": 1, "method": "sft", "id": "\xff"}',
+    "zero bytes": b"",
+    **{f"{field} a list": (field, [1, 2]) for field in (
+        "id", "name", "method", "created_at", "continued_from", "model", "dataset", "data",
+        "lora", "args", "hardware", "method_args")},
+    "model.name a list": ("model.name", ["a"]),
+    "model.base a number": ("model.base", 3),
+    "model.adapters a string": ("model.adapters", "/runs/parent/adapter"),
+    "model.adapters of numbers": ("model.adapters", [1]),
+    "data.n_eval text": ("data.n_eval", "five"),
+    "args.batch_size a list": ("args.batch_size", [4]),
+    "args.learning_rate text": ("args.learning_rate", "high"),
+    "args.gradient_checkpointing a number": ("args.gradient_checkpointing", 2),
+    "lora.r text": ("lora.r", "16"),
+    "hardware.device a list": ("hardware.device", ["cpu"]),
+    "schema text": ("schema", "1"),
+    "n_samples a dict": ("n_samples", {}),
+}  # fmt: skip
+
+
+def _damage_config(run_dir: Path, damage: str) -> None:
+    what = CONFIG_DAMAGE[damage]
+    data = what if isinstance(what, bytes) else _config_with(run_dir, *what)
+    (run_dir / files.CONFIG).write_bytes(data)
+
+
+@pytest.mark.parametrize("damage", list(CONFIG_DAMAGE))
+def test_a_run_with_a_damaged_config_stays_listed_as_damaged(runs_root, run_dir, damage):
+    files.update_status(run_dir, state="succeeded", started_at="2026-09-14T10:15:00+00:00")
+    _damage_config(run_dir, damage)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = store.runs(runs_root)
+    assert list(table["id"]) == [run_dir.name] and table.iloc[0]["state"] == "damaged"
+    run = dragon.open_run(run_dir.name, runs_dir=runs_root)
+    status = run.status()
+    assert status["state"] == files.DAMAGED and run.id == run_dir.name
+    assert status["error"].startswith(f"{run_dir / files.CONFIG} is damaged: ")
+    assert "delete the run" in status["error"] and len(run.progress()) == 0
+    for reader in (lambda: run.config, lambda: dragon.code(run)):
+        with pytest.raises(files.ConfigDamagedError, match="config.json is damaged: "):
+            reader()
+    with pytest.raises(RunFailedError, match="config.json is damaged"):
+        run.wait(timeout=5)
+    assert store.dependents(run_dir) == []
+    dragon.delete_run(run_dir.name, runs_dir=runs_root)  # what the message offers
+    assert not run_dir.exists()
+
+
+def test_the_config_problem_is_said_precisely(run_dir):
+    cases = {
+        "a list": "it holds a JSON list, not an object",
+        "not JSON": "it is not valid JSON (",
+        "not UTF-8": "is not UTF-8 text",
+        "id a list": "its id is [1, 2], not a string",
+        "model.adapters of numbers": "its model.adapters are not all folder names",
+        "args.batch_size a list": "its args.batch_size is [4], not a whole number",
+        "args.gradient_checkpointing a number": "gradient_checkpointing is 2, not true or false",
+    }
+    good = (run_dir / files.CONFIG).read_bytes()
+    for damage, words in cases.items():
+        _damage_config(run_dir, damage)
+        with pytest.raises(files.ConfigDamagedError) as caught:
+            files.read_config(run_dir)
+        assert words in str(caught.value), damage
+        (run_dir / files.CONFIG).write_bytes(good)
+
+
+def test_a_model_folder_is_still_not_a_run(tmp_path):
+    (tmp_path / files.CONFIG).write_text('{"model_type": "llama"}')
+    assert not files.is_run_dir(tmp_path)  # no status.json beside it: a model, not a run
+    (tmp_path / files.CONFIG).write_text("[1]")
+    assert not files.is_run_dir(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "row",
+    [b'{"step": 2, "loss": "\\ud800"}', b'{"step": 2, "\\udfff": 1.0}', b'["\\ud800"]',
+     b'{"step": 2, "note": "\\uDBFF and text"}'],
+)  # fmt: skip
+def test_a_progress_row_with_a_lone_surrogate_is_skipped(runs_root, run_dir, row):
+    files.update_status(run_dir, state="succeeded", started_at="2026-09-14T10:15:00+00:00")
+    with open(run_dir / files.PROGRESS, "wb") as f:
+        f.write(b'{"step": 1, "loss": 2.0}\n' + row + b'\n{"step": 3, "loss": 1.0}\n')
+        f.write(b'{"step": 4, "loss": 0.5, "note": "\\ud83d\\ude00 a pair is an emoji"}\n')
+    frame = Run(run_dir).progress()
+    assert list(frame["step"]) == [1, 3, 4] and frame["note"].iloc[-1].startswith("\U0001f600")
+    table = store.runs(runs_root)
+    assert table.iloc[0]["final_loss"] == 0.5 and table.iloc[0]["state"] == "succeeded"
+    out = monitor.show(str(run_dir), runs_dir=runs_root)
+    assert out[0].startswith("**succeeded**")
+    json.dumps(out[2].to_plotly_json()).encode("utf-8")  # the chart reaches a page intact
