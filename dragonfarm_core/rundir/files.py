@@ -100,10 +100,12 @@ LOCKS_DIR = ".locks"
 LLM_CACHE_DIR = "llm_cache"
 # Data written by synthesize() and synthesize_pairs(): <name>-<time>.jsonl and its record.
 SYNTHETIC_DIR = "synthetic"
+# Chat transcripts the app's Chat tab saves (Chat.save), kept with the user's runs.
+CHATS_DIR = "chats"
 # Names in runs_dir that are never runs.
 RESERVED = frozenset(
     {ARCHIVED_DIR, FEEDBACK_DIR, PIPELINES_DIR, UPLOADS_DIR, JOBS_DIR, LOCKS_DIR, LLM_CACHE_DIR,
-     SYNTHETIC_DIR}
+     SYNTHETIC_DIR, CHATS_DIR}
 )  # fmt: skip
 
 # How often, and how far apart, read_status reads a status.json that does not parse.

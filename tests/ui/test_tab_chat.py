@@ -19,7 +19,7 @@ import pytest
 from dragonfarm_core.feedback_store import read_events
 from dragonfarm_core.inference import InferenceError
 from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.rundir import files, location
+from dragonfarm_core.rundir import files, location, store
 from ui.tabs import chat
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inference"))
@@ -256,17 +256,28 @@ def test_context_usage_is_shown_with_a_window(backend, run, chat_model, runs_dir
     assert plain["usage"] == ""
 
 
-def test_transcripts_are_saved_outside_the_runs_folder(backend, run, chat_model, runs_dir):
-    nothing = chat.save_transcript(None)
+def test_transcripts_are_kept_in_the_users_folder_and_downloaded_from_the_apps_cache(
+    backend, run, chat_model, runs_dir, tmp_path, monkeypatch
+):
+    cache = tmp_path / "app-cache"  # the app's own Gradio cache (ui.layout), removed at exit
+    cache.mkdir()
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(cache))
+    nothing = chat.save_transcript(None, runs_dir=runs_dir)
     assert "Nothing to save" in nothing[VIEW.index("error")] and nothing[-1] == SKIP
     session = last(send(None, "Hi", chat_model, runs_dir, *widgets(run, "both")))["session"]
-    out = chat.save_transcript(session)
+    out = chat.save_transcript(session, runs_dir=runs_dir)
     paths = [Path(p) for p in out[-1]["value"]]
     assert len(paths) == 2 and paths[1].name.endswith("-base.json")
-    assert all(runs_dir not in p.parents for p in paths)
+    assert all(cache in p.parents for p in paths)  # served from the cache, not the runs folder
+    kept = sorted((runs_dir / files.CHATS_DIR).iterdir())
+    assert [p.name for p in kept] == sorted(p.name for p in paths)
+    assert all((runs_dir / files.CHATS_DIR / p.name).read_bytes() == p.read_bytes() for p in paths)
     saved = json.loads(paths[0].read_text())
     assert saved["messages"][-1]["content"] == "tuned says 1: Hi" and saved["run"] == run
     assert 'c.save("chat-' in out[VIEW.index("code")]
+    again = chat.save_transcript(session, runs_dir=runs_dir)  # the same second, most likely
+    assert len(list((runs_dir / files.CHATS_DIR).iterdir())) == 4 and again[-1]["value"] != paths
+    assert files.CHATS_DIR not in set(store.runs(runs_dir)["id"])  # never taken for a run
 
 
 def test_the_server_backend_key_is_used_but_never_shown_or_saved(run, chat_model, runs_dir):
@@ -279,7 +290,7 @@ def test_the_server_backend_key_is_used_but_never_shown_or_saved(run, chat_model
         assert server.requests[-1]["headers"]["authorization"] == f"Bearer {secret}"
         session = end["session"]
         rated = chat.rate(session, 0, "up")
-        saved = Path(chat.save_transcript(session)[-1]["value"][0]).read_text()
+        saved = Path(chat.save_transcript(session, runs_dir=runs_dir)[-1]["value"][0]).read_text()
     code = rated[VIEW.index("code")]
     assert 'api_key=os.environ["DRAGONFARM_BACKEND_API_KEY"]' in code and "import os" in code
     feedback_file = (runs_dir / "feedback" / "events.jsonl").read_text()

@@ -13,8 +13,11 @@ runs dir (`refs.resolve_run`), so a run (or any folder) outside it is refused, n
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -25,7 +28,7 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
-from dragonfarm_core.rundir import refs
+from dragonfarm_core.rundir import files, refs
 from ui import present, watch
 from ui.chat_session import (
     CODE_HINT,
@@ -237,17 +240,21 @@ def reset(session: Session | None) -> tuple[Any, ...]:
     return view(session)
 
 
-def save_transcript(session: Session | None) -> tuple[Any, ...]:
-    """-> (the view, the transcript files to download). Written outside the runs folder,
-    which the app never serves."""
+def save_transcript(session: Session | None, *, runs_dir: Path) -> tuple[Any, ...]:
+    """-> (the view, the transcript files to download). Kept in the runs folder's chats/ (the
+    user's own folder: on a lab, theirs); the page downloads a copy from the app's own cache
+    (GRADIO_TEMP_DIR, removed when the app stops), as the app never serves the runs folder."""
     if session is None or not any(turns(c) for c in session.chats):
         return (*view(session, "Nothing to save yet: send a message first."), gr.skip())
-    folder = Path(tempfile.mkdtemp(prefix="dragonfarm-chat-"))
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    kept = runs_dir / files.CHATS_DIR
+    cache = os.environ.get("GRADIO_TEMP_DIR")  # ui.layout sets it, for the app's lifetime
+    download = Path(tempfile.mkdtemp(prefix="dragonfarm-chat-", dir=cache))
+    # Random letters after the time: two saves in one second keep both transcripts.
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     paths = []
     for i, chat in enumerate(session.chats):
         name = f"chat-{stamp}{'-base' if chat.base and len(session.chats) > 1 else ''}.json"
-        paths.append(str(chat.save(folder / name)))
+        paths.append(str(shutil.copy(chat.save(kept / name), download / name)))
         session.code.append(f"{NAMES[i]}.save({literal(name)})")
     return (*view(session), gr.update(value=paths, visible=True))
 
@@ -368,7 +375,7 @@ def build(ctx: AppContext) -> None:
     message.submit(talk, [session, message, ctx.model, *setup], shown)
     back.click(undo, session, shown)
     clear.click(reset, session, shown)
-    keep.click(save_transcript, session, [*shown, transcript])
+    keep.click(partial(save_transcript, runs_dir=ctx.runs_dir), session, [*shown, transcript])
     for i, col in enumerate(columns):
         col.up.click(partial(rate, which=i, verdict="up"), session, shown)
         col.down.click(partial(rate, which=i, verdict="down"), session, shown)
