@@ -76,19 +76,28 @@ def smol_model() -> Path:
     """The SmolLM2-135M shape with random weights and the bundled tokenizer, made once, stored
     in bfloat16 as SmolLM2-135M's weights are (a float32 file read into bfloat16 weights
     peaked at 1,259 MiB here, the file's pages and the weights at once: more than training)."""
-    folder = OUT / "smollm2-135m-shape"
+    return shaped_model("smollm2-135m", "llama", SMOL_135M)
+
+
+def shaped_model(name: str, model_type: str, shape: dict) -> Path:
+    """A model of `model_type` with the configuration `shape`, random weights (seed 0) and the
+    bundled tokenizer, made once in bench/out/<name>-shape, stored in bfloat16."""
+    folder = OUT / f"{name}-shape"
     weights, config = folder / "model.safetensors", folder / "config.json"
-    if weights.is_file() and json.loads(config.read_text()).get("dtype") == "bfloat16":
-        return folder
+    if weights.is_file():
+        stored = json.loads(config.read_text())
+        sizes = ("hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size")
+        if stored.get("dtype") == "bfloat16" and all(stored[k] == shape[k] for k in sizes):
+            return folder
     (OUT / f"{folder.name}-f16.gguf").unlink(missing_ok=True)  # made from the old weights
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     bundled = bundled_model_path()
     base = json.loads((bundled / "config.json").read_text())
     ids = {k: base[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(**SMOL_135M, **ids))
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **shape, **ids))
     model.to(torch.bfloat16).save_pretrained(folder)
     for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json",
                  "chat_template.jinja", "generation_config.json"):  # fmt: skip
@@ -134,7 +143,6 @@ def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> d
         lay_out_for_decoding,
     )
     from dragonfarm_core.inference.worker_step import warm_compiled
-    from dragonfarm_core.trainers.grpo_rollout import left_pad
 
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     spec = resolve_target(str(folder)).spec.as_dict()
@@ -161,17 +169,35 @@ def torch_speeds(folder: Path, rows: list[list[int]], batch: int, new: int) -> d
 
         return run
 
-    results = {"auto_compile_s": compile_s}
-    for name, run in (("plain", plain), ("ours_unlaid", loop(model)), ("ours", loop(laid_out)),
-                      ("ours_auto_eager", loop(auto_eager)),
-                      ("ours_auto", loop(auto_model))):  # fmt: skip
-        run(*left_pad(rows[:1], pad))  # warm
+    arms = {"plain": plain, "ours_unlaid": loop(model), "ours": loop(laid_out),
+            "ours_auto_eager": loop(auto_eager), "ours_auto": loop(auto_model)}  # fmt: skip
+    return {"auto_compile_s": compile_s} | timed_arms(arms, rows, batch, new, pad)
+
+
+def timed_arms(arms: dict, rows: list[list[int]], batch: int, new: int, pad: int,
+               device: str = "cpu") -> dict[str, float]:  # fmt: skip
+    """New tokens/s of each arm (a call on left-padded ids and mask that decodes `new` tokens
+    a row), after one warm call: at batch 1 (each prompt alone) as `<arm>_b1`, and `batch`
+    rows at once as `<arm>_b<batch>`. The tensors go to `device` (on a GPU the clock is read
+    after the device has finished)."""
+    import torch
+
+    from dragonfarm_core.trainers.grpo_rollout import left_pad
+
+    def call(run, group: list[list[int]]) -> None:
+        run(*(t.to(device) for t in left_pad(group, pad)))
+        if device != "cpu":
+            torch.cuda.synchronize()
+
+    results = {}
+    for name, run in arms.items():
+        call(run, rows[:1])  # warm
         for size in (1, batch):
             groups = [rows[i : i + 1] for i in range(len(rows))] if size == 1 else [
                 (rows * batch)[:batch]]  # fmt: skip
             start = time.perf_counter()
             for group in groups:
-                run(*left_pad(group, pad))
+                call(run, group)
             results[f"{name}_b{size}"] = sum(map(len, groups)) * new / (
                 time.perf_counter() - start)  # fmt: skip
     return results

@@ -54,7 +54,7 @@ def ticket_pairs() -> list[dict[str, Any]]:
     ]
 
 
-def run_ours(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
+def run_ours(opts: argparse.Namespace, work: Path, device: str = "cpu") -> dict[str, Any]:
     """dragonfarm's DPO or ORPO trainer, in this process, through the main() a run executes."""
     import importlib
 
@@ -67,7 +67,7 @@ def run_ours(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
         {
             "schema": 1, "id": "bench", "name": "bench", "method": opts.method,
             "model": {"name": opts.model.name, "base": str(opts.model), "adapters": []},
-            "lora": LORA, "hardware": {"device": "cpu", "dtype": "auto"}, "n_samples": 0,
+            "lora": LORA, "hardware": {"device": device, "dtype": "auto"}, "n_samples": 0,
             "method_args": {"beta": BETA},
             "args": {
                 "max_steps": opts.steps, "batch_size": opts.batch_size,
@@ -82,7 +82,7 @@ def run_ours(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {"seconds": metrics["train_runtime_s"], "train_loss": metrics["train_loss"]}
 
 
-def run_trl(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
+def run_trl(opts: argparse.Namespace, work: Path, device: str = "cpu") -> dict[str, Any]:
     """A plain TRL script: DPOTrainer (or ORPOTrainer) with its defaults and the shared
     settings."""
     import math
@@ -109,7 +109,7 @@ def run_trl(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
         save_strategy="no",
         eval_strategy="no",
         report_to="none",
-        use_cpu=True,
+        use_cpu=device == "cpu",  # a GPU: bench/gpu_check.py
     )
     lora = LoraConfig(
         r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],

@@ -47,7 +47,7 @@ def ticket_prompts() -> list[list[dict[str, str]]]:
     return [[{"role": "user", "content": f"{r.subject}\n\n{r.body}"}] for r in frame.itertuples()]
 
 
-def run_ours(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
+def run_ours(opts: argparse.Namespace, work: Path, device: str = "cpu") -> dict[str, Any]:
     """dragonfarm's GRPO trainer, in this process, through the same main() a run executes."""
     from dragonfarm_core.rewards import reward
     from dragonfarm_core.trainers import grpo
@@ -63,7 +63,7 @@ def run_ours(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
             "schema": 1, "id": "bench", "name": "bench", "method": "grpo",
             "model": {"name": opts.model.name, "base": str(opts.model), "adapters": []},
             "lora": LORA | {"dropout": opts.lora_dropout},
-            "hardware": {"device": "cpu", "dtype": "auto"}, "n_samples": 0,
+            "hardware": {"device": device, "dtype": "auto"}, "n_samples": 0,
             "method_args": {"rewards": rewards, "group_size": opts.group_size,
                             "beta": opts.beta, "temperature": 1.0,
                             "max_new_tokens": opts.max_new_tokens},
@@ -86,7 +86,7 @@ def run_ours(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
 
 
-def run_trl(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
+def run_trl(opts: argparse.Namespace, work: Path, device: str = "cpu") -> dict[str, Any]:
     """A plain TRL script: GRPOTrainer with its defaults and the shared settings."""
     import math
     import re
@@ -117,7 +117,7 @@ def run_trl(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
         logging_steps=1,
         save_strategy="no",
         report_to="none",
-        use_cpu=True,
+        use_cpu=device == "cpu",  # a GPU: bench/gpu_check.py
     )
     lora = LoraConfig(
         r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=opts.lora_dropout,

@@ -75,14 +75,22 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def run_ours(opts: argparse.Namespace, work: Path, dtype: str = "auto") -> dict[str, Any]:
-    """dragonfarm's trainer, in this process, through the same main() a run executes."""
+def run_ours(
+    opts: argparse.Namespace, work: Path, dtype: str = "auto", *,
+    rows: tuple[list, list] | None = None, hardware: dict | None = None,
+    args: dict | None = None, name: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """dragonfarm's trainer, in this process, through the same main() a run executes: on the
+    example tickets split by `opts.seed` (or `rows`, (train, held-out) conversations) on the
+    CPU, with `hardware` and `args` (extra included) laid over those defaults
+    (bench/gpu_check.py trains on a GPU, with its speed-ups)."""
     from dragonfarm_core.trainers import sft
 
-    train, held_out = ticket_conversations(opts.seed)
-    run_dir = work / f"ours-{dtype}-run"
+    train, held_out = rows or ticket_conversations(opts.seed)
+    run_dir = work / f"{name or f'ours-{dtype}'}-run"
     files.write_jsonl(files.data_path(run_dir, "train"), [{"messages": m} for m in train])
     files.write_jsonl(files.data_path(run_dir, "eval"), [{"messages": m} for m in held_out])
+    extra = {"eval_steps": 10**6, **(args or {}).get("extra", {})}
     files.write_config(
         run_dir,
         {
@@ -92,7 +100,7 @@ def run_ours(opts: argparse.Namespace, work: Path, dtype: str = "auto") -> dict[
             "method": "sft",
             "model": {"name": opts.model.name, "base": str(opts.model), "adapters": []},
             "lora": LORA,
-            "hardware": {"device": "cpu", "dtype": dtype},
+            "hardware": {"device": "cpu", "dtype": dtype, **(hardware or {})},
             "n_samples": 0,
             "args": {
                 "max_steps": opts.steps,
@@ -103,7 +111,8 @@ def run_ours(opts: argparse.Namespace, work: Path, dtype: str = "auto") -> dict[
                 "seed": opts.seed,
                 "logging_steps": 5,
                 "save_steps": 10**6,
-                "extra": {"eval_steps": 10**6},
+                **(args or {}),
+                "extra": extra,
             },
         },
     )
@@ -116,6 +125,7 @@ def run_ours(opts: argparse.Namespace, work: Path, dtype: str = "auto") -> dict[
         "padding": metrics["train_padding"],
         "own_eval_loss": metrics["eval_loss"],
         "adapter": str(files.adapter_dir(run_dir)),
+        "run_dir": str(run_dir),
         "dtype": status["dtype"],
         "malloc": allocator.allocator_in_use(),
         "truncated_rows": status["truncated_rows"],
@@ -144,8 +154,12 @@ def other_dtype(model: Path) -> str:
     return "float32" if chosen == "bfloat16" else "bfloat16"
 
 
-def run_trl(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """A plain TRL script: SFTTrainer with its defaults and the shared settings."""
+def run_trl(
+    opts: argparse.Namespace, work: Path, *, rows: tuple[list, list] | None = None,
+    device: str = "cpu",
+) -> dict[str, Any]:  # fmt: skip
+    """A plain TRL script: SFTTrainer with its defaults and the shared settings (on the rows
+    run_ours takes; on a GPU where `device` is not "cpu")."""
     import math
 
     from datasets import Dataset
@@ -153,7 +167,7 @@ def run_trl(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
     from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    train, held_out = ticket_conversations(opts.seed)
+    train, held_out = rows or ticket_conversations(opts.seed)
 
     def as_dataset(rows: list[list[dict]]) -> Dataset:
         return Dataset.from_list([{"prompt": m[:-1], "completion": m[-1:]} for m in rows])
@@ -172,8 +186,8 @@ def run_trl(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
         save_strategy="no",
         eval_strategy="no",
         report_to="none",
-        use_cpu=True,
-    )  # TRL refuses its bf16 default on a CPU-only machine without it
+        use_cpu=device == "cpu",
+    )  # TRL refuses its bf16 default on a CPU-only machine without use_cpu
     lora = LoraConfig(
         r=LORA["r"],
         lora_alpha=LORA["alpha"],
@@ -209,8 +223,10 @@ def run_trl(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
 
 
-def run_eval(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """One evaluator for both adapters: float32 base, loss on the held-out replies."""
+def held_out_losses(model_dir: Path, adapters: dict[str, str], held_out: list[list[dict]],
+                    max_seq_len: int, device: str = "cpu") -> dict[str, float]:  # fmt: skip
+    """One evaluator for every adapter: float32 base on `device`, the loss on the held-out
+    replies."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -218,15 +234,22 @@ def run_eval(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
     from dragonfarm_core.trainers import evaluation, modeling, sft_data
     from dragonfarm_core.trainers.config import ModelSpec
 
-    tokenizer = modeling.load_tokenizer(ModelSpec(name="bench", base=str(opts.model)))
-    held_out = sft_data.encode(tokenizer, ticket_conversations(opts.seed)[1], opts.max_seq_len)
+    tokenizer = modeling.load_tokenizer(ModelSpec(name="bench", base=str(model_dir)))
+    encoded = sft_data.encode(tokenizer, held_out, max_seq_len)
     losses = {}
-    for arm in ARMS:
-        adapter = json.loads((work / f"{arm}.json").read_text())["adapter"]
-        base = AutoModelForCausalLM.from_pretrained(opts.model, dtype=torch.float32)
-        model = PeftModel.from_pretrained(base, adapter)
-        losses[arm] = evaluation.eval_loss(model, held_out, 8, tokenizer.pad_token_id)[0]
+    for arm, adapter in adapters.items():
+        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        model = PeftModel.from_pretrained(base.to(device), adapter)
+        losses[arm] = evaluation.eval_loss(model, encoded, 8, tokenizer.pad_token_id)[0]
+        del base, model
     return losses
+
+
+def run_eval(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """One evaluator for both adapters: float32 base, loss on the held-out replies."""
+    adapters = {arm: json.loads((work / f"{arm}.json").read_text())["adapter"] for arm in ARMS}
+    held_out = ticket_conversations(opts.seed)[1]
+    return held_out_losses(opts.model, adapters, held_out, opts.max_seq_len)
 
 
 def matmul_peaks() -> str:

@@ -128,9 +128,12 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         callback = trl_run.RunCallback(
             run_dir, report, config, held_out_loss if len(data.held_out) else None
         )
+        padding_free = config.extra.padding_free and not packing
         sft_args = trl_run.arguments(
             SFTConfig, config, placement, run_dir,
-            max_length=args.max_seq_len,
+            # TRL refuses padding-free batches with a max_length it cannot enforce; sft_data
+            # has cut the rows to max_seq_len already
+            max_length=None if padding_free else args.max_seq_len,
             dataset_kwargs={"skip_prepare_dataset": True},  # sft_data tokenized and truncated
             packing=packing,  # TRL's collator then flattens each batch (padding-free)
             padding_free=config.extra.padding_free,  # the same flattening, without packing
