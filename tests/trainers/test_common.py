@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -80,6 +81,14 @@ def test_cuda_without_gpu_is_a_clear_error():
         (SettingsError("TrainArgs.extra has unknown key(s)"), "config_error"),
         (common.NonFiniteLoss("The training loss became nan"), "nan_loss"),
         (ModuleNotFoundError("No module named 'bitsandbytes'"), "missing_dependency"),
+        (OSError(errno.ENOSPC, "No space left on device"), "disk_full"),
+        (  # torch.save's wording
+            RuntimeError(
+                "[enforce fail at inline_container.cc:595] . PytorchStreamWriter failed "
+                "writing file data/0: file write failed, No space left on device"
+            ),
+            "disk_full",
+        ),
         (ValueError("something else"), "error"),
     ],
 )
