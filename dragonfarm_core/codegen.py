@@ -14,6 +14,7 @@ are written; a run that continued from another refers to it by directory. `dry_r
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,8 +37,30 @@ def _value(value: Any) -> str:
     return literal(value) if isinstance(value, str | int | float) else repr(value)
 
 
+def comment_value(value: Any) -> str:
+    """`value` as it may stand inside a one-line comment of generated code: a dotted name as it
+    is, anything else quoted (repr), so no line break in a stored value can end the comment
+    and start live code."""
+    text = str(value)
+    if all(part.isidentifier() for part in text.split(".")):
+        return text
+    return repr(text)
+
+
+def comment_lines(text: str) -> str:
+    """`text` as comment lines, every line of it (any line break Python or an editor knows;
+    a NUL, which no Python source may hold, escaped)."""
+    lines = str(text).replace("\x00", "\\x00").splitlines() or [""]
+    return "\n".join(f"# {line}".rstrip() for line in lines)
+
+
 def settings_call(cls: type, stored: dict[str, Any]) -> str | None:
     """`dragon.Lora(r=8)` for the fields that differ from the defaults; None if none do."""
+    if not isinstance(stored, dict):
+        raise ValueError(
+            f"{cls.__name__} settings must be a mapping of field names to values, got "
+            f"{type(stored).__name__}."
+        )
     defaults = to_dict(cls())
     names = [f.name for f in dataclasses.fields(cls)]
     parts = [
@@ -46,7 +69,10 @@ def settings_call(cls: type, stored: dict[str, Any]) -> str | None:
         if k in names and k != "extra" and v != defaults.get(k)
     ]
     extra = stored.get("extra") or {}
-    if all(k.isidentifier() and k not in names for k in extra):
+    if not isinstance(extra, dict):
+        raise ValueError(f"{cls.__name__}.extra must be a mapping, got {type(extra).__name__}.")
+    if all(isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k)
+           and k not in names for k in extra):  # fmt: skip
         parts += [f"{k}={_value(v)}" for k, v in extra.items()]  # unknown keywords land in extra
     else:
         parts.append(f"extra={_value(extra)}")
@@ -77,11 +103,14 @@ def rewards_code(
     the stored dicts without validating them again (a command's program may be missing here).
     """
     defaults = {f.name: f.default for f in dataclasses.fields(Reward)}
+    _check_rewards(stored)
     named = _given_names(stored)
     calls = []
     for i, d in enumerate(stored):
         parts = [literal(d["type"])]
         for key, value in d.items():
+            if key not in defaults:  # a key becomes a keyword in the code: only known ones
+                raise ValueError(f"reward {i + 1} has a field {key!r} that rewards do not have.")
             if key == "type" or value == defaults.get(key) or (key == "name" and i not in named):
                 continue
             if key == "file" and value and not os.path.isabs(value) and run_dir is not None:
@@ -91,6 +120,13 @@ def rewards_code(
     if len(calls) == 1:
         return f"[{calls[0]}]"
     return "[\n" + "".join(f"        {c},\n" for c in calls) + "    ]"  # one per line in the call
+
+
+def _check_rewards(stored: Any) -> None:
+    if not isinstance(stored, list | tuple) or not all(
+        isinstance(d, dict) and isinstance(d.get("type"), str) for d in stored
+    ):
+        raise ValueError("rewards must be a list of rewards, each a mapping with its type.")
 
 
 def home_argument(runs_dir: str | os.PathLike[str] | None) -> str | None:
@@ -201,6 +237,8 @@ def llm_call(description: dict[str, Any], judge: bool = False) -> str:
     if provider == "local":
         return literal(str(model))
     sampling = description.get("sampling") or {}
+    if not isinstance(sampling, dict):
+        raise ValueError(f"The language model's sampling must be a mapping, got {sampling!r}.")
     if provider == "anthropic":
         args = [] if model == DEFAULT_CLAUDE else [f"model={literal(model)}"]
         if description.get("url"):
@@ -214,7 +252,7 @@ def llm_call(description: dict[str, Any], judge: bool = False) -> str:
     if description.get("system"):
         args.append(f"system={literal(description['system'])}")
     if sampling.get("max_tokens") not in (None, 1024):
-        args.append(f"max_tokens={sampling['max_tokens']}")
+        args.append(f"max_tokens={_value(sampling['max_tokens'])}")
     if sampling.get("temperature") is not None:
         args.append(f"temperature={literal(sampling['temperature'])}")
     kind = "judge" if judge or description.get("judge") else "llm"

@@ -19,7 +19,7 @@ from typing import Any
 from dragonfarm_core import codegen
 from dragonfarm_core import pipeline_record as record_io
 from dragonfarm_core.data.codegen import dataset_code, literal, portable
-from dragonfarm_core.pipeline_steps import Steps
+from dragonfarm_core.pipeline_steps import KINDS
 from dragonfarm_core.settings import Lora, TrainArgs
 
 
@@ -42,7 +42,8 @@ class _Names:
 
 def _judge_lines(var: str, judge: dict[str, Any]) -> list[str]:
     if judge.get("provider") == "function":
-        return [f"# `{var}`: the Python function {judge.get('model')} (prompts -> answers)."]
+        name = codegen.comment_value(judge.get("model"))
+        return [f"# `{var}`: the Python function {name} (prompts -> answers)."]
     return [f"{var} = {codegen.llm_call(judge, judge=True)}"]
 
 
@@ -64,29 +65,52 @@ def _argument(key: str, value: Any, names: _Names) -> str:
 
 def _step_call(spec: dict[str, Any], names: _Names) -> str:
     kind = spec["kind"]
-    parameters = inspect.signature(getattr(Steps, kind)).parameters
+    parameters = inspect.signature(KINDS[kind]).parameters
     parts = []
     for key, parameter in parameters.items():
-        if key not in spec and parameter.default is not inspect.Parameter.empty:
+        required = parameter.default is inspect.Parameter.empty  # positional: they come first
+        if key not in spec:
+            if required:
+                raise ValueError(f"it has no {key!r}, which a {kind} step needs")
             continue  # not in the record (one written by hand): the step's default
-        value = spec.get(key, parameter.default)
-        if value == parameter.default and parameter.default is not inspect.Parameter.empty:
+        value = spec[key]
+        if not required and value == parameter.default:
             continue
         text = _argument(key, value, names)
-        required = parameter.default is inspect.Parameter.empty  # positional: they come first
         parts.append(text if required else f"{key}={text}")
     return f"dragon.steps.{kind}({', '.join(parts)})"
+
+
+def _step_code(path: Path, index: int, entry: Any, names: _Names) -> str:
+    """One step's call, or a ValueError that names the step and what is wrong with it: the
+    record may have been edited by hand, and only quoted values ever reach the code."""
+    spec = entry.get("spec") if isinstance(entry, dict) else None
+    kind = spec.get("kind") if isinstance(spec, dict) else None
+    where = f"{path}: step {index + 1}"
+    if not isinstance(spec, dict) or not isinstance(kind, str) or kind not in KINDS:
+        shown = f"kind {kind!r}" if isinstance(spec, dict) else "no step spec"
+        raise ValueError(
+            f"{where} has {shown}; a step is one of {', '.join(KINDS)}. The record was edited "
+            "by hand? Put the step back as dragon.steps wrote it, or declare the pipeline again."
+        )
+    try:
+        return _step_call(spec, names)
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        # A value of the wrong shape (a list where settings go ...): say where, not a traceback.
+        raise ValueError(f"{where} ({kind}) cannot be written as code: {e}") from None
 
 
 def pipeline_code(path: Path) -> str:
     """The script that declares and starts the pipeline whose record is at `path`."""
     record = record_io.read(path)
     names = _Names()
-    calls = [_step_call(entry["spec"], names) for entry in record["steps"]]
+    calls = [_step_code(path, i, entry, names) for i, entry in enumerate(record["steps"])]
     head = ["import dragonfarm_core as dragon", "", *names.lines]
-    model = record["model"]
+    model = record.get("model")
+    if not isinstance(model, str) or not isinstance(record.get("name", ""), str):
+        raise ValueError(f"{path}: the record's model and name must be text; it was edited?")
     args = [literal(model), "steps"]
-    if record.get("name") != "pipeline":
+    if record.get("name", "pipeline") != "pipeline":
         args.append(f"name={literal(record['name'])}")
     home = codegen.home_argument(Path(path).parent.parent)
     if home:

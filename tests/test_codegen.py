@@ -116,3 +116,23 @@ def test_preference_runs_call_prefer_with_their_method(runs_root, model_dir):
     assert "run = dragon.prefer(" in source
     assert '    method="orpo",\n    beta=0.2,\n' in source
     compile(source, "<dragon.code>", "exec")
+
+
+# -- stored values in generated code: quoted, never live ------------------------------------------
+
+
+@pytest.mark.parametrize("cut", ["\n", "\r", "\u2028", "\x85", '"""', "\x00"])
+def test_comments_and_settings_from_stored_values_stay_quoted(cut):
+    import ast
+
+    from dragonfarm_core import codegen
+
+    payload = f"x{cut}import os"
+    comment = f"# {codegen.comment_value(payload)}\n" + codegen.comment_lines(payload)
+    assert ast.parse(comment).body == []  # every line a comment
+    assert codegen.comment_value("tests.judges.my_judge") == "tests.judges.my_judge"
+    call = codegen.llm_call({"provider": "anthropic", "sampling": {"max_tokens": payload}})
+    keywords = {k.arg: k.value for k in ast.parse(call, mode="eval").body.keywords}
+    assert ast.literal_eval(keywords["max_tokens"]) == payload
+    with pytest.raises(ValueError, match="reward 1 has a field"):
+        codegen.rewards_code([{"type": "numeric", f"weight=1){cut}import os#": 1}])

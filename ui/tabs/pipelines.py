@@ -29,6 +29,7 @@ import gradio as gr
 import pandas as pd
 
 import dragonfarm_core as dragon
+from dragonfarm_core.codegen import comment_lines
 from dragonfarm_core.pipelines import list_pipelines
 from dragonfarm_core.rundir import files, refs
 from ui import charts, pipeline_builder, pipeline_view, present, watch
@@ -118,7 +119,8 @@ def _code(path: Path) -> str:
     try:
         return present.portable_code(dragon.code(path))
     except (ValueError, TypeError, OSError) as e:
-        return f"# The code cannot be written for this pipeline: {e}"
+        # The reason may quote the record: as comment lines, a line break in it is no code.
+        return comment_lines(f"The code cannot be written for this pipeline: {e}")
 
 
 def _live_view(record: dict[str, Any], runs_dir: Path) -> tuple[Any, str]:
