@@ -95,6 +95,9 @@ def test_a_run_shown_as_picked_fills_the_panel_without_measuring(
     assert f'dragon.evaluate("{sft_run.dir}", n_samples=2, metrics=["exact"])' in out["code"]
     assert out["error"] == "" and out["go"]["interactive"] is True
     assert sorted(p.name for p in sft_run.dir.rglob("*")) == before  # no job, no write
+    raw = evaluate.show(sft_run.id, [], "", 2, False, None, runs_dir=runs_dir)[3]
+    widths = dict(zip(raw["value"].columns, raw["column_widths"], strict=True))
+    assert float(widths["generated"].rstrip("%")) >= 20  # the replies are on screen too
     assert run_snippet(out["code"])["ev"].run_id == sft_run.id
 
     # A finished run without eval.json: the code, and what Evaluate will do.

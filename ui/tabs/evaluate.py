@@ -29,7 +29,7 @@ import dragonfarm_core as dragon
 from dragonfarm_core import evaluation
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.rundir import files, refs
-from ui import judge_panel, present, watch
+from ui import judge_panel, present, table_widths, watch
 from ui.context import AppContext
 
 TITLE = "Evaluate"
@@ -128,11 +128,14 @@ def _view(
 def _results(ev: Any, code: str) -> tuple[Any, ...]:
     """The outputs for a finished evaluation."""
     how = "measured again with the saved adapter" if ev.recomputed else "as training wrote it"
-    summary = f"**Run `{ev.run_id}`** ({ev.method.upper()}): {len(ev.samples)} samples, {how}."
+    n = len(ev.samples)
+    summary = f"**Run `{ev.run_id}`** ({ev.method.upper()}): {n} sample{'s' * (n != 1)}, {how}."
+    # Widths per column, or the prompt takes the row and the replies go off-screen.
+    widths = table_widths.column_widths(ev.samples)
     tables = (
         gr.update(value=present.evaluation_table(ev.results), visible=True),
         gr.update(value=present.metrics_table(ev.metrics), visible=bool(ev.metrics)),
-        gr.update(value=ev.samples, visible=True),
+        gr.update(value=ev.samples, visible=True, column_widths=widths),
     )
     return _view(summary, tables, code)
 
