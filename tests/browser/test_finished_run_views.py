@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from playwright.sync_api import Page, expect
-from table_view import headers_out_of_view
+from table_view import first_row_cells, headers_out_of_view
 
 import dragonfarm_core as dragon
 from dragonfarm_core.rundir import files
@@ -27,14 +27,6 @@ WIDTH = 1400
 VIEWPORT = 1280  # the page fixture's window
 WAIT_MS = 30_000
 PROMPT = "My e-bike's display shows error 21 after riding in the rain. What should I do? " * 3
-# The right edge of each cell of a table's first row (Gradio's hidden sizing copy left out).
-ROW_RIGHTS = """t => {
-    const cells = Array.from(t.querySelectorAll('[role=gridcell], td'))
-        .filter(c => !c.closest('[aria-hidden="true"]'));
-    const row = cells.length ? cells[0].closest('[role=row], tr') : null;
-    return cells.filter(c => c.closest('[role=row], tr') === row)
-        .map(c => [c.innerText.trim().slice(0, 30), c.getBoundingClientRect().right]);
-}"""
 
 
 def shoot(page: Page, name: str) -> None:
@@ -90,7 +82,7 @@ def test_evaluate_fills_its_panel_for_the_run_it_shows_as_picked(page: Page, two
     expect(page.locator("#evaluate-results")).to_contain_text("3.49")
     expect(page.locator("#evaluate-code")).to_contain_text(f'dragon.evaluate("{first.dir}"')
     expect(page.locator("#judge-summary")).to_contain_text("not been judged yet")
-    cells = page.eval_on_selector("#evaluate-samples", ROW_RIGHTS)  # the replies on screen too
+    cells = first_row_cells(page, "#evaluate-samples")  # the replies on screen too
     assert len(cells) == 3 and [t for t, right in cells if right > VIEWPORT] == [], cells
     shoot(page, "evaluate_picked")
 
@@ -116,7 +108,7 @@ def test_compare_shows_both_replies_beside_the_prompt(page: Page, two_runs):
     table = "#compare-samples"
     expect(page.locator(table)).to_contain_text("Reply of the second run", timeout=WAIT_MS)
     assert headers_out_of_view(page, table, WIDTH) == []
-    cells = page.eval_on_selector(table, ROW_RIGHTS)
+    cells = first_row_cells(page, table)
     assert len(cells) == 4 and [t for t, right in cells if right > WIDTH] == [], cells
     # weight_decay 0 and 0.0 are the same setting: not listed as a difference.
     expect(page.locator("#compare-diff")).to_contain_text("name")

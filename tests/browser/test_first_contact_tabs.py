@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from playwright.sync_api import Page, expect
-from table_view import headers_out_of_view
+from table_view import first_row_cells, headers_out_of_view
 
 import dragonfarm_core as dragon
 from dragonfarm_core.feedback_store import record_event
@@ -27,15 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 BIKE = ROOT / "bench" / "data" / "bike_shop.csv"
 WIDTH = 1400
 WAIT_MS = 30_000  # handlers that read a run or an upload (the default is for clicks)
-# (text, right edge) of each cell of a table's first shown row: Gradio's grid cells (a hidden
-# sizing copy of the rows, aria-hidden, is left out).
-ROW_RIGHTS = """t => {
-    const cells = Array.from(t.querySelectorAll('[role=gridcell], td'))
-        .filter(c => !c.closest('[aria-hidden="true"]'));
-    const row = cells.length ? cells[0].closest('[role=row], tr') : null;
-    return cells.filter(c => c.closest('[role=row], tr') === row)
-        .map(c => [c.innerText.trim().slice(0, 30), c.getBoundingClientRect().right]);
-}"""
 HEADER_TEXTS = "els => els.map(e => e.innerText.trim())"
 OFF_DOMAIN = "Thank you for contacting support. Your return label is attached to this email."
 
@@ -50,7 +41,7 @@ def columns_in_view(page: Page, table: str) -> None:
     """Every header of `table` on one line inside the window, and every cell of its first row
     starting and ending inside it."""
     assert headers_out_of_view(page, table, WIDTH) == []
-    cells = page.eval_on_selector(table, ROW_RIGHTS)
+    cells = first_row_cells(page, table)
     assert cells, f"no rows in {table}"
     assert [text for text, right in cells if right > WIDTH] == [], cells
 
