@@ -115,7 +115,7 @@ def build() -> None:
     """The line, its Build and Cancel buttons and the build's log, wired."""
     with gr.Row():
         status = gr.Markdown(status_text, elem_id="export-llama-status")  # read at each load
-        go = gr.Button("Build llama.cpp", scale=0, min_width=160, elem_id="export-llama-build")
+        go = gr.Button("Build llama.cpp", scale=0, min_width=200, elem_id="export-llama-build")
         stop = gr.Button("Cancel", interactive=False, scale=0, min_width=100,
                          elem_id="export-llama-cancel")  # fmt: skip
     error = gr.HTML(elem_id="export-llama-error")
