@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dragonfarm_core import llama_cpp
+from dragonfarm_core.rundir.jobs import kill_group
 
 PACKAGE = "llama-cpp-python"
 VENDOR = "vendor/llama.cpp/"
@@ -79,16 +80,27 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def run_step(argv: list[str]) -> None:
+    """Run pip or cmake in a process group of its own, CalledProcessError when it fails. When
+    the build is interrupted (a cancel, Ctrl+C) the whole group goes: a compiler left running
+    would race the next build in the same folder."""
+    proc = subprocess.Popen(argv, start_new_session=True)
+    try:
+        code = proc.wait()
+    except BaseException:
+        kill_group(proc.pid, grace=2.0)
+        raise
+    if code != 0:
+        raise subprocess.CalledProcessError(code, argv)
+
+
 def download(into: Path) -> Path:
     """The pinned sdist, fetched by pip (source only, no dependencies) into `into`."""
     into.mkdir(parents=True, exist_ok=True)
     spec = f"{PACKAGE}=={llama_cpp.LLAMA_CPP_PYTHON_VERSION}"
     say(f"downloading the {spec} source distribution with pip")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
-         "--disable-pip-version-check", "-q", "-d", str(into), spec],
-        check=True,
-    )  # fmt: skip
+    run_step([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+              "--disable-pip-version-check", "-q", "-d", str(into), spec])  # fmt: skip
     found = sorted(into.glob(f"llama_cpp_python-{llama_cpp.LLAMA_CPP_PYTHON_VERSION}.tar.gz"))
     if not found:
         raise LlamaCppBuildError(f"pip downloaded no {spec} source distribution into {into}.")
@@ -146,11 +158,10 @@ def compile_binaries(src: Path, native: bool, jobs: int) -> list[str]:
     if (src / "build").is_dir() and not cache.is_file():
         shutil.rmtree(src / "build")
     say("configuring: cmake " + " ".join(flags))
-    subprocess.run(["cmake", "-S", str(src), "-B", str(src / "build"), *generator, *flags,
-                    "-Wno-dev", "--log-level=WARNING"], check=True)  # fmt: skip
+    run_step(["cmake", "-S", str(src), "-B", str(src / "build"), *generator, *flags,
+              "-Wno-dev", "--log-level=WARNING"])  # fmt: skip
     say(f"building {', '.join(TARGETS)} with {jobs} jobs")
-    subprocess.run(["cmake", "--build", str(src / "build"), "--target", *TARGETS,
-                    "-j", str(jobs)], check=True)  # fmt: skip
+    run_step(["cmake", "--build", str(src / "build"), "--target", *TARGETS, "-j", str(jobs)])
     return flags
 
 

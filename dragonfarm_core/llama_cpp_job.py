@@ -73,12 +73,6 @@ class BuildJob(JobHandle):
         )  # fmt: skip
 
 
-def latest_build() -> BuildJob | None:
-    """The newest build job on this machine (under way or ended), or None."""
-    found = files.job_dirs(jobs_home(), JOB_KIND)
-    return BuildJob(jobs.open_job(found[-1])) if found else None
-
-
 def active_build() -> BuildJob | None:
     """The build job under way on this machine, or None."""
     busy = jobs.active_jobs(jobs_home(), JOB_KIND)

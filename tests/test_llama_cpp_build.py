@@ -11,11 +11,14 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from dragonfarm_core import llama_cpp, llama_cpp_build, llama_cpp_job
@@ -45,6 +48,7 @@ def nothing_runs(monkeypatch):
         raise AssertionError(f"ran {args[0]}")
 
     monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
 
 
 def build_script():
@@ -97,7 +101,6 @@ def test_the_build_job_reuses_a_complete_cache_in_seconds(cache, monkeypatch):
     assert pending.wait(60) == llama_cpp.cache_dir().resolve()
     assert pending.state == "succeeded" and any("reused" in line for line in pending.logs(20))
     assert llama_cpp_job.active_build() is None
-    assert llama_cpp_job.latest_build().job.dir == pending.job.dir
     assert llama_cpp.find_llama_cpp().root == llama_cpp.cache_dir().resolve()
     # pip's settings reach the job on stdin only: not its argv, status or log.
     for path in pending.job.dir.rglob("*"):
@@ -126,3 +129,33 @@ def test_progress_reads_the_compile_steps_of_the_log(cache):
     assert pending.progress() == (40, 216)
     pending.job.log.write_text("[ 57%] Building CXX object ggml.o\n")
     assert pending.progress() == (57, 100)
+
+
+def test_an_interrupted_step_takes_what_it_started_with_it(tmp_path):
+    """A cancel interrupts the build while cmake runs: the compilers cmake started go too, or
+    they would race the next build in the same folder."""
+    marker = tmp_path / "grandchild.pid"
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            llama_cpp_build.run_step(["sh", "-c", f"sleep 60 & echo $! > {marker}; wait"])
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    grandchild, end = int(marker.read_text()), time.monotonic() + 10
+    while time.monotonic() < end:
+        try:
+            if psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the step's child {grandchild} outlived the interrupted build")
+    with pytest.raises(subprocess.CalledProcessError):
+        llama_cpp_build.run_step(["sh", "-c", "exit 3"])
