@@ -50,7 +50,10 @@ def status_text() -> str:
 def _progress_text(pending: BuildJob, status: dict[str, Any]) -> str:
     state = status.get("state") or "queued"
     since = _epoch(status.get("started_at") or status.get("queued_at"))
-    took = f", {int(time.time() - since) // 60} min so far" if since is not None else ""
+    took = ""
+    if since is not None:
+        seconds = int(time.time() - since)
+        took = f", {seconds} s so far" if seconds < 120 else f", {seconds // 60} min so far"
     steps = pending.progress()
     doing = f"compiling, step {steps[0]} of {steps[1]}" if steps else f"{state}, preparing"
     return f"**Building llama.cpp** ({doing}{took})… It takes about 10 minutes on 2 cores."
