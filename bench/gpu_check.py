@@ -47,6 +47,7 @@ import gc
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -566,11 +567,16 @@ def run_apart(ctx: argparse.Namespace, name: str, budget: float) -> dict[str, An
         argv.append(f"--peak-tflops={ctx.peak_tflops}")
     start = _now()
     with open(log, "w") as out:
+        # its own process group, so that what it started (a worker process, a probe) goes too
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                                 start_new_session=True)  # fmt: skip
         try:
-            code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                  timeout=budget).returncode  # fmt: skip
+            code: int | None = child.wait(timeout=budget)
         except subprocess.TimeoutExpired:
             code = None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)  # what is left of it, the child included
+        child.wait()
     if code == 0 and result.is_file():
         return json.loads(result.read_text())
     tail = log.read_text(errors="replace").splitlines()[-12:]
