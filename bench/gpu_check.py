@@ -75,7 +75,7 @@ QWEN_TINY = QWEN_05B | {"hidden_size": 64, "intermediate_size": 128, "num_hidden
 # also given against the rate measured in `check` (8192^3 products).
 DATASHEET_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.4, "H200": 989.4, "A100": 312.0}
 # The sizes of a full check and of --smoke.
-FULL = {"steps": 16, "batch_size": 4, "max_seq_len": 2048, "repeat": (8, 16), "train_rows": 160,
+FULL = {"steps": 24, "batch_size": 4, "max_seq_len": 2048, "repeat": (8, 16), "train_rows": 160,
         "held_out": 16, "dpo_steps": 6, "dpo_max_length": 1024, "grpo_steps": 3,
         "grpo_prompts": 4, "group_size": 8, "max_new_tokens": 128, "decode_new": 128,
         "decode_batch": 8, "decode_prompts": 2, "merge_steps": 4, "matmul": 8192}  # fmt: skip

@@ -17,7 +17,9 @@
 #                               takes the image's huggingface-hub (>=1.31) and tokenizers
 #                               (>=0.23.1), so neither travels (huggingface-hub 2.x would need
 #                               httpx2, which the image lacks)
-#   rapidfuzz                   dragonfarm_core.data imports it (the image lacks it)
+#   rapidfuzz, starlette        dragonfarm_core.data imports rapidfuzz, and dragon.check()'s
+#                               profile line http_guard, which imports starlette (at the
+#                               version fastapi's pin installs; it needs only anyio, there)
 #   liger-kernel                TRL's use_liger_kernel (Triton kernels; needs torch, triton)
 #   bitsandbytes                QLoRA, with only the CUDA 13.0 and CPU libraries kept (the
 #                               whole wheel, 41 MiB, does not fit a call's 64 MiB with the
@@ -39,7 +41,8 @@ pin() {  # NAME==VERSION from requirements.txt
 
 WANT=(
   "$(pin trl)" "$(pin datasets)" "$(pin transformers)" "$(pin peft)"
-  "dill==0.4.1" "multiprocess==0.70.19" "$(pin rapidfuzz)" "liger-kernel==0.8.5"
+  "dill==0.4.1" "multiprocess==0.70.19" "$(pin rapidfuzz)" "starlette==1.10.0"
+  "liger-kernel==0.8.5"
   "bitsandbytes==0.50.2"
 )
 
