@@ -8,7 +8,7 @@ the names it is reached by through a proxy or from another machine.
 
 import argparse
 
-from dragonfarm_core.http_guard import ALLOWED_HOSTS_HELP
+from dragonfarm_core.http_guard import ALLOWED_HOSTS_HELP, FORWARDED_ALLOW_IPS_HELP
 from dragonfarm_core.profiles import profile_names
 from ui.layout import launch
 
@@ -20,6 +20,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=7860)
     parser.add_argument("--profile", default=None, choices=profile_names())
     parser.add_argument("--allowed-hosts", default=None, metavar="NAMES", help=ALLOWED_HOSTS_HELP)
+    parser.add_argument("--forwarded-allow-ips", default=None, metavar="ADDRESSES",
+                        help=FORWARDED_ALLOW_IPS_HELP)  # fmt: skip
     args = parser.parse_args()
     try:
         launch(
@@ -28,6 +30,7 @@ def main() -> None:
             port=args.port,
             profile=args.profile,
             allowed_hosts=args.allowed_hosts,
+            forwarded_allow_ips=args.forwarded_allow_ips,
         )
     except ValueError as e:  # a bad --allowed-hosts or profile: say so, no traceback
         parser.error(str(e))

@@ -30,7 +30,7 @@ from typing import Any
 
 import dragonfarm_core as dragon
 from dragonfarm_core import cli_pack, cli_pipeline, cli_talk, cli_train, cli_users, llama_cpp_build
-from dragonfarm_core.http_guard import ALLOWED_HOSTS_HELP
+from dragonfarm_core.http_guard import ALLOWED_HOSTS_HELP, FORWARDED_ALLOW_IPS_HELP
 from dragonfarm_core.inference import InferenceError
 from dragonfarm_core.profiles import profile_names
 from dragonfarm_core.rundir import files, location
@@ -121,6 +121,7 @@ def _app(args: argparse.Namespace) -> int:
         port=args.port,
         profile=args.profile,
         allowed_hosts=args.allowed_hosts,
+        forwarded_allow_ips=args.forwarded_allow_ips,
     )
     return 0
 
@@ -317,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None, choices=profile_names(),
                    help="defaults for where it runs (default: local)")  # fmt: skip
     p.add_argument("--allowed-hosts", default=None, metavar="NAMES", help=ALLOWED_HOSTS_HELP)
+    p.add_argument("--forwarded-allow-ips", default=None, metavar="ADDRESSES",
+                   help=FORWARDED_ALLOW_IPS_HELP)  # fmt: skip
     sub.add_parser(
         "serve",
         help="serve a run, a model, a merged folder or a GGUF as an OpenAI-compatible API "

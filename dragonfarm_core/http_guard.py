@@ -17,7 +17,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
@@ -35,6 +36,46 @@ ALLOWED_HOSTS_HELP = (
     "reverse proxy's name, this machine's LAN name, *.example.com; any port); also "
     f"read from {ALLOWED_HOSTS_ENV}"
 )
+
+# uvicorn believes X-Forwarded-For and X-Forwarded-Proto from the addresses in this variable
+# (its default: loopback), read when a server is made. The app sets it for its own server.
+UVICORN_FORWARDED_ENV = "FORWARDED_ALLOW_IPS"
+FORWARDED_ALLOW_IPS_HELP = (
+    "comma-separated addresses or networks of the reverse proxy in front of the app, whose "
+    "X-Forwarded-For (the client's address) is believed; default: none, so the address a "
+    "login is counted against is always the connection's own"
+)
+
+
+def forwarded_ips(value: str | Iterable[str] | None) -> str:
+    """`--forwarded-allow-ips` as uvicorn reads it: "" (believe no one), or checked IP
+    addresses and networks (and `*`, any address), comma-separated."""
+    entries = split_hosts(value)
+    for entry in entries:
+        try:
+            if entry != "*":
+                ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"{entry!r} is not an address: give the proxy's IP addresses or networks "
+                "(127.0.0.1, 10.0.0.0/8), comma-separated, to --forwarded-allow-ips."
+            ) from None
+    return ",".join(entries)
+
+
+@contextmanager
+def forwarded_from(value: str | Iterable[str] | None) -> Iterator[None]:
+    """While a uvicorn server is made: believe forwarded headers only from `value`'s
+    addresses (none by default), whatever the environment said."""
+    before = os.environ.get(UVICORN_FORWARDED_ENV)
+    os.environ[UVICORN_FORWARDED_ENV] = forwarded_ips(value)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(UVICORN_FORWARDED_ENV, None)
+        else:
+            os.environ[UVICORN_FORWARDED_ENV] = before
 
 
 def host_pattern(entry: str) -> str:

@@ -5,8 +5,11 @@ Gradio's own auth (`launch(auth=...)`) checks most routes, but leaves some open 
 /openapi.json, /monitoring/{key}, static files), and its login page embeds the whole API
 description. So this ASGI middleware decides first: a logged-out caller gets this module's own
 small login page at `/`, may POST /login (Gradio's, which checks the password and hands out
-the session cookie) and GET /logout; anything else is a 401. Around /login it throttles wrong
-passwords (dragonfarm_core.login_throttle). It also ends sessions: Gradio keeps its session
+the session cookie) and POST /logout; anything else is a 401. Around /login it throttles wrong
+passwords (dragonfarm_core.login_throttle) and gives the session cookies a Max-Age of the
+session's length, so a browser forgets them when the server does. /logout takes only a POST
+(which the Origin check guards, so another site cannot log you out), passed on to Gradio's
+route as the GET it expects. It also ends sessions: Gradio keeps its session
 tokens in `app.tokens` for as long as the app runs, so the first request replaces that dict
 with `ExpiringTokens`, which forgets a token `session_s` after login and a user removed from
 the users file at once. With `user_header`, the user is the reverse proxy's header instead and
@@ -34,6 +37,7 @@ from dragonfarm_core.http_guard import refuse
 from dragonfarm_core.login_page import LOGIN_PAGE
 from dragonfarm_core.login_throttle import LoginThrottle
 from dragonfarm_core.profiles import Profile
+from dragonfarm_core.session_owners import OWNER
 
 LOGIN_PATHS = frozenset({"/login", "/login/"})
 LOGOUT_PATHS = frozenset({"/logout", "/logout/"})
@@ -162,8 +166,10 @@ class LoginGuard:
         path, method = _path(scope), scope.get("method", "GET")
         if path in LOGIN_PATHS and method == "POST":
             await self._login(scope, receive, send)
-        elif self._session_user(scope) is not None or path in LOGOUT_PATHS:
-            await self.app(scope, receive, send)
+        elif path in LOGOUT_PATHS and scope["type"] == "http":
+            await self._logout(scope, receive, send)
+        elif (user := self._session_user(scope)) is not None:
+            await self.app({**scope, OWNER: user}, receive, send)  # see session_owners
         elif path == "/" and scope["type"] == "http" and method in ("GET", "HEAD"):
             await self._login_page(send, method == "HEAD")
         else:
@@ -172,8 +178,8 @@ class LoginGuard:
                          "not_logged_in")  # fmt: skip
 
     async def _by_header(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if header_user(Headers(scope=scope), self.user_header or "") is not None:
-            await self.app(scope, receive, send)
+        if (user := header_user(Headers(scope=scope), self.user_header or "")) is not None:
+            await self.app({**scope, OWNER: user}, receive, send)
             return
         await refuse(scope, send, 401, f"This app takes its user from the {self.user_header!r} "
                      "header that the login proxy in front of it sets; this request has none "
@@ -195,7 +201,7 @@ class LoginGuard:
             return
         name = str(form.get("username") or "").strip()
         address = (scope.get("client") or (None,))[0]
-        if (wait := math.ceil(self.throttle.wait_s(name, address))) > 0:
+        if (wait := math.ceil(self.throttle.begin(name, address))) > 0:
             await refuse(scope, send, 429, f"Too many wrong passwords for this user name or "
                          f"from this address: try again in {wait} s.", "login_throttled",
                          [(b"retry-after", str(wait).encode())])  # fmt: skip
@@ -206,13 +212,34 @@ class LoginGuard:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message = {**message, "headers": self._lasting(message.get("headers", []))}
             await send(message)
 
-        await self.app(scope, _replay(body, receive), watched)
-        if status == 200:
-            self.throttle.succeeded(name)
-        elif 400 <= status < 500:
-            self.throttle.failed(name, address)
+        outcome = None
+        try:
+            await self.app(scope, _replay(body, receive), watched)
+            outcome = True if status == 200 else False if 400 <= status < 500 else None
+        finally:
+            self.throttle.end(name, address, outcome)
+
+    def _lasting(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """`headers` with Max-Age on each session cookie Gradio sets (it sets none, so a
+        browser would keep them past the session's end, or for ever when it restores tabs)."""
+        if self.session_s is None:
+            return headers
+        age = f"; Max-Age={int(self.session_s)}".encode()
+        return [(k, v + age if k.lower() == b"set-cookie" and v.startswith(b"access-token")
+                 else v) for k, v in headers]  # fmt: skip
+
+    async def _logout(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Gradio's GET /logout, reached only by a POST (the Origin check has passed it)."""
+        if scope.get("method") != "POST":
+            await refuse(scope, send, 405, "Log out with a POST to /logout (the Log out button "
+                         "at the top of the app): a link or an image on another site could "
+                         "otherwise log you out.", "logout_needs_post",
+                         [(b"allow", b"POST")])  # fmt: skip
+            return
+        await self.app({**scope, "method": "GET"}, receive, send)
 
     async def _login_page(self, send: Send, head: bool) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [

@@ -7,10 +7,16 @@ share the guessing of one account; the address so that one client cannot try man
 address is allowed more failures than a name: behind a reverse proxy every user has the
 proxy's address. Failures are forgotten an hour after the last one, and a good password clears
 its name's count. In memory: an app restart forgets them (the windows are minutes long).
+
+Counted atomically: a check is reserved (`begin`) before the password is tried and settled
+(`end`) with its answer, and checks still in flight count as failures until then, so many
+wrong passwords sent at once get no more checks than the same ones sent one after another
+(the free ones and the one that locks).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -21,6 +27,9 @@ FIRST_LOCK_S = 30.0  # the first lock's window; each further failure doubles it
 MAX_LOCK_S = 15 * 60.0
 FORGET_S = 60 * 60.0  # a key's failures are forgotten this long after its last one
 MAX_KEYS = 10_000  # the oldest keys are forgotten past this many (a flood of made-up names)
+# The wait a check is refused with while earlier checks for its key are still being answered:
+# by then they have locked the key (a wrong password) or freed it (the right one).
+IN_FLIGHT_WAIT_S = 1.0
 
 
 @dataclass
@@ -38,6 +47,8 @@ class LoginThrottle:
     free_per_name: int = FREE_PER_NAME
     free_per_address: int = FREE_PER_ADDRESS
     keys: dict[str, _Failures] = field(default_factory=dict)
+    in_flight: dict[str, int] = field(default_factory=dict)  # key -> checks not yet answered
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     @staticmethod
     def keys_for(name: str, address: str | None) -> list[str]:
@@ -50,6 +61,41 @@ class LoginThrottle:
                  if k in self.keys]  # fmt: skip
         return max([0.0, *ahead])
 
+    def begin(self, name: str, address: str | None) -> float:
+        """Reserve a password check for `name` from `address`: 0 when it may go ahead (then
+        `end` must follow), else the seconds to wait. A check that could be the one that locks
+        a key (with those in flight counted as failures) waits for them."""
+        with self.lock:
+            if (wait := self.wait_s(name, address)) > 0:
+                return wait
+            keys = self.keys_for(name, address)
+            for key in keys:
+                record = self.keys.get(key)
+                failures = record.count if record and self.clock() - record.last <= FORGET_S else 0
+                # Checks left before the next lock falls: the free ones, then one at a time.
+                left = max(1, self._free(key) + 1 - failures)
+                if self.in_flight.get(key, 0) >= left:
+                    return IN_FLIGHT_WAIT_S
+            for key in keys:
+                self.in_flight[key] = self.in_flight.get(key, 0) + 1
+            return 0.0
+
+    def end(self, name: str, address: str | None, outcome: bool | None) -> None:
+        """Settle a check `begin` reserved: True (the right password), False (a wrong one) or
+        None (no answer: neither counts)."""
+        with self.lock:
+            for key in self.keys_for(name, address):
+                left = self.in_flight.pop(key, 1) - 1
+                if left > 0:
+                    self.in_flight[key] = left
+            if outcome is True:
+                self.succeeded(name)
+            elif outcome is False:
+                self.failed(name, address)
+
+    def _free(self, key: str) -> int:
+        return self.free_per_name if key.startswith("name:") else self.free_per_address
+
     def failed(self, name: str, address: str | None) -> None:
         """Record a wrong password; lock the keys past their free failures."""
         now = self.clock()
@@ -59,7 +105,7 @@ class LoginThrottle:
             if now - record.last > FORGET_S:
                 record = _Failures()
             record.count, record.last = record.count + 1, now
-            free = self.free_per_name if key.startswith("name:") else self.free_per_address
+            free = self._free(key)
             if record.count > free:
                 window = FIRST_LOCK_S * 2 ** (record.count - free - 1)
                 record.locked_until = now + min(window, MAX_LOCK_S)

@@ -10,8 +10,10 @@ know nothing of profiles or Gradio.
             reverse proxy's user header), each user's runs under <lab root>/users/<name>/,
             a cap on queued runs per user; binds 0.0.0.0 only with its own login on
     spaces  a Hugging Face Space: 0.0.0.0:7860 behind its proxy, runs under /data (its
-            persistent disk) or a temporary folder that vanishes on restart; nothing that runs
-            code the user wrote (command and custom rewards)
+            persistent disk) or a temporary folder that vanishes on restart; each visitor (a
+            browser, by a long-lived cookie: dragonfarm_core.visitors) has their own runs under
+            <runs>/visitors/<id>/, one queued run and a few kept runs at most; nothing that
+            runs code the user wrote (command and custom rewards)
 
 `--profile` or DRAGONFARM_PROFILE picks one; `dragonfarm check` and the app's header say which
 is active and what it turns off.
@@ -20,12 +22,14 @@ is active and what it turns off.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dragonfarm_core import users
 from dragonfarm_core.http_guard import ANY_INTERFACE
+from dragonfarm_core.visitors import VISITORS_DIR
 
 PROFILE_ENV = "DRAGONFARM_PROFILE"
 RUNS_DIR_ENV = "DRAGONFARM_RUNS_DIR"
@@ -33,6 +37,7 @@ RUNS_DIR_ENV = "DRAGONFARM_RUNS_DIR"
 LAB_ROOT_ENV = "DRAGONFARM_LAB_ROOT"
 USER_HEADER_ENV = "DRAGONFARM_USER_HEADER"
 MAX_QUEUED_ENV = "DRAGONFARM_MAX_QUEUED"
+MAX_RUNS_ENV = "DRAGONFARM_MAX_RUNS"  # a Space visitor's kept runs
 ANONYMISE_QUEUE_ENV = "DRAGONFARM_ANONYMISE_QUEUE"
 SESSION_HOURS_ENV = "DRAGONFARM_SESSION_HOURS"
 DEFAULT_LAB_ROOT = "dragonfarm_lab"
@@ -60,6 +65,8 @@ class Profile:
     default_runs_dir: str  # used when neither --runs-dir nor DRAGONFARM_RUNS_DIR is given
     # One request's uploads together are capped at max_upload_mb; a browser session's at this.
     max_session_upload_mb: int = 4096
+    # The disk all uploads may take together, whoever sends them (upload_disk.py).
+    max_total_upload_mb: int = 20480
     # Host names the app answers to besides loopback and its --host (see http_guard).
     allowed_hosts: tuple[str, ...] = ()
     # Feature -> why it is off here (FEATURES names them). Empty: everything is on.
@@ -74,6 +81,14 @@ class Profile:
     # when the admin sets it (anyone who can reach the app directly could send the header).
     user_header: str | None = None
     max_queued_per_user: int | None = None  # queued or running runs one user may have
+    # Each owner's runs folder is <owners_root>/<owner>/: a lab user's (login) or a Space
+    # visitor's (`visitors`). None: the app's runs folder is everyone's (local).
+    owners_root: str | None = None
+    visitors: bool = False  # spaces: an owner is a browser, by its visitor cookie
+    max_runs_per_owner: int | None = None  # runs (archived ones too) one owner may keep
+    # The chat may reach loopback and private addresses a person types (dragonfarm_core.
+    # url_guard); not on a shared app, unless the admin allows them.
+    private_backends: bool = True
     anonymise_queue: bool = False  # the queue shows other users' runs without their names
     session_hours: float | None = None  # a login lasts this long (None: until the app stops)
 
@@ -90,11 +105,23 @@ class Profile:
         """Why a reward of this type may not be used here, or None."""
         return self.refusal(USER_CODE) if reward_type in USER_CODE_REWARDS else None
 
+    @property
+    def owner_noun(self) -> str:
+        """What an owner of runs is called in messages: a user (lab) or a visitor (a Space)."""
+        return "visitor" if self.visitors else "user"
+
     def runs_dir_for_user(self, user: str) -> Path:
-        """`<lab_root>/users/<user>/`, for a valid user name (not created here)."""
-        if self.lab_root is None:
+        """`<owners_root>/<user>/` (the lab's `<lab_root>/users/<user>/`), for a valid user
+        name or visitor id (not created here)."""
+        if self.owners_root is None:
             raise ValueError(f"The {self.name!r} profile has no per-user runs (no lab root).")
-        return Path(self.lab_root) / USERS_DIR / users.check_name(user)
+        return Path(self.owners_root) / users.check_name(user)
+
+    def with_runs_dir(self, folder: Path) -> Profile:
+        """This profile serving `folder`: a Space's visitors get their folders under it."""
+        if not self.visitors:
+            return self
+        return replace(self, owners_root=str(Path(folder) / VISITORS_DIR))
 
     def is_admin(self, user: str | None) -> bool:
         """Whether the users file marks `user` as an admin (who sees every run, read-only)."""
@@ -141,8 +168,12 @@ class Profile:
         if self.login:
             how = f"the {self.user_header} header" if self.user_header else "the users file"
             notes.append(f"login required ({how}); each user has their own runs")
+        if self.visitors:
+            notes.append("each visitor (this browser) sees and changes only their own runs")
         if self.max_queued_per_user is not None:
-            notes.append(f"at most {self.max_queued_per_user} queued runs per user")
+            notes.append(f"at most {self.max_queued_per_user} queued runs per {self.owner_noun}")
+        if self.max_runs_per_owner is not None:
+            notes.append(f"at most {self.max_runs_per_owner} kept runs per {self.owner_noun}")
         return f"profile {self.name!r}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -150,17 +181,25 @@ def _spaces() -> Profile:
     data = Path(os.environ.get(SPACES_DATA_ENV) or SPACES_DATA)
     persistent = data.is_dir() and os.access(data, os.W_OK)
     runs = data / "dragonfarm_runs" if persistent else Path(tempfile.gettempdir())
+    default = runs if persistent else runs / "dragonfarm_runs"
     return Profile(
         "spaces",
         "0.0.0.0",
         200,
-        str(runs if persistent else runs / "dragonfarm_runs"),
+        str(default),
         max_session_upload_mb=1000,
+        max_total_upload_mb=1000,  # a new cookie starts a new session, not a new disk
         # A Space reaches the app through its proxy, under the name in SPACE_HOST (set by
         # Hugging Face).
         allowed_hosts=tuple(filter(None, [os.environ.get("SPACE_HOST")])),
         off={USER_CODE: "anyone who can open the Space could run programs in it."},
         ephemeral_runs=not persistent,
+        # Each visitor's runs are theirs; build_app moves this under the runs folder it serves.
+        owners_root=str(default / VISITORS_DIR),
+        visitors=True,
+        private_backends=False,
+        max_queued_per_user=int(_env_number(MAX_QUEUED_ENV, 1, int)),
+        max_runs_per_owner=int(_env_number(MAX_RUNS_ENV, 20, int)),
     )
 
 
@@ -204,6 +243,8 @@ def _lab(runs_dir: str | os.PathLike[str] | None) -> Profile:
         login=True,
         lab_root=str(root),
         users_file=str(root / users.USERS_FILE),
+        owners_root=str(root / USERS_DIR),
+        private_backends=False,
         user_header=os.environ.get(USER_HEADER_ENV, "").strip() or None,
         max_queued_per_user=int(_env_number(MAX_QUEUED_ENV, 2, int)),
         anonymise_queue=os.environ.get(ANONYMISE_QUEUE_ENV, "").strip() in ("1", "true", "yes"),
@@ -212,6 +253,26 @@ def _lab(runs_dir: str | os.PathLike[str] | None) -> Profile:
         off={USER_CODE: "they would run as this server's account, which can read every "
              "user's runs."},  # fmt: skip
     )
+
+
+# The lab's folders and files are its users' only: no other local account may read them.
+PRIVATE_UMASK = 0o077
+
+
+def keep_private(root: Path) -> None:
+    """For the lab: from now on this process and its children (trainers, the inference
+    worker) make folders 0700 and files 0600, and what `root` already holds (made by an older
+    version, or by `dragonfarm users add` under the admin's umask) loses its group and other
+    permissions. The lab app calls this at start-up."""
+    os.umask(PRIVATE_UMASK)
+    for folder, subfolders, names in os.walk(root):
+        for path in [folder, *(os.path.join(folder, n) for n in subfolders + names)]:
+            try:
+                mode = os.lstat(path).st_mode
+                if not stat.S_ISLNK(mode) and mode & PRIVATE_UMASK:
+                    os.chmod(path, stat.S_IMODE(mode) & ~PRIVATE_UMASK)
+            except FileNotFoundError:  # removed meanwhile (a run deleted as we walk)
+                continue
 
 
 def profile_names() -> list[str]:

@@ -4,9 +4,11 @@
     dragonfarm users list | remove NAME
 
 `<lab root>/users.json` holds, per user, a salted scrypt hash of the password (never the
-password), whether they are an admin and when they were added. scrypt's cost (n=2**14, r=8,
-p=1: 16 MiB and some tens of milliseconds per check) makes guessing from a stolen file slow;
-each hash records its parameters, so a later, dearer cost still reads the old hashes. The file
+password), whether they are an admin and when they were added. scrypt's cost (n=2**17, r=8,
+p=1, OWASP's figure: 128 MiB and some hundreds of milliseconds per check) makes guessing from a
+stolen file slow; each hash records its parameters, so older, cheaper hashes (n=2**14 before
+December 2026) still check, and a right password checked against one is hashed again at the
+current cost (`verify` upgrades it). The file
 is written atomically (a reader sees the old file or the new one), mode 0600, under a lock so
 two `users add` at once lose neither user. Pure standard library.
 """
@@ -14,6 +16,7 @@ two `users add` at once lose neither user. Pure standard library.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import hmac
 import os
@@ -29,8 +32,8 @@ from dragonfarm_core.rundir.atomic import read_json, write_json
 
 USERS_FILE = "users.json"
 FORMAT_VERSION = 1
-# scrypt's cost: n (CPU/memory), r (block size), p (parallelism); 128*n*r bytes = 16 MiB.
-SCRYPT_COST = {"n": 2**14, "r": 8, "p": 1}
+# scrypt's cost: n (CPU/memory), r (block size), p (parallelism); 128*n*r bytes = 128 MiB.
+SCRYPT_COST = {"n": 2**17, "r": 8, "p": 1}
 SALT_BYTES = 16
 HASH_BYTES = 32
 MIN_PASSWORD = 8
@@ -71,9 +74,17 @@ def password_matches(password: str, record: dict[str, Any]) -> bool:
     return hmac.compare_digest(digest, bytes.fromhex(record["hash"]))
 
 
-# A record checked when the name is unknown, so an unknown name takes as long as a wrong
-# password (the time would otherwise say which names exist).
-_DECOY = hash_password(secrets.token_urlsafe(16))
+def outdated(record: dict[str, Any]) -> bool:
+    """Whether a record's hash was made at another cost than today's (to hash again)."""
+    return any(int(record.get(k, 0)) != v for k, v in SCRYPT_COST.items())
+
+
+@functools.cache
+def _decoy() -> dict[str, Any]:
+    """A record checked when the name is unknown, so an unknown name takes as long as a wrong
+    password (the time would otherwise say which names exist). Made on first use: it costs
+    as much as a login."""
+    return hash_password(secrets.token_urlsafe(16))
 
 
 def _read(path: Path) -> dict[str, dict[str, Any]]:
@@ -145,10 +156,22 @@ def list_users(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def verify(path: str | os.PathLike[str], name: str, password: str) -> bool:
-    """Whether `name` is a user and `password` is theirs. An unknown name costs the same."""
+    """Whether `name` is a user and `password` is theirs. An unknown name costs the same. A
+    right password whose hash is at an older cost is hashed again at today's."""
     record = _read(Path(path)).get(name) if NAME_RE.fullmatch(name or "") else None
-    matches = password_matches(password, record or _DECOY)
+    matches = password_matches(password, record or _decoy())
+    if record is not None and matches and outdated(record):
+        _upgrade(Path(path), name, password, record)
     return record is not None and matches
+
+
+def _upgrade(path: Path, name: str, password: str, checked: dict[str, Any]) -> None:
+    """Replace `name`'s hash with one at today's cost, unless the record changed meanwhile
+    (a new password or a removal since it was checked)."""
+    fresh = hash_password(password)  # outside the lock: it takes a while
+    with _locked(path) as table:
+        if table.get(name, {}).get("hash") == checked.get("hash"):
+            table[name] = {**table[name], **fresh}
 
 
 def is_admin(path: str | os.PathLike[str], name: str) -> bool:

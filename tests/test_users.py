@@ -95,6 +95,33 @@ def test_concurrent_adds_lose_nobody(path: Path):
     assert [u["name"] for u in users.list_users(path)] == names
 
 
+def test_an_older_cheaper_hash_still_checks_and_is_upgraded_at_login(path: Path, monkeypatch):
+    with monkeypatch.context() as old:
+        old.setattr(users, "SCRYPT_COST", {"n": 2**14, "r": 8, "p": 1})  # before Dec. 2026
+        users.add_user(path, "alice", PASSWORD)
+    assert users.SCRYPT_COST["n"] >= 2**17  # OWASP's figure for scrypt
+    before = json.loads(path.read_text())["users"]["alice"]
+    assert before["n"] == 2**14
+    assert not users.verify(path, "alice", "wrong password")
+    assert json.loads(path.read_text())["users"]["alice"] == before  # a wrong one changes nothing
+    assert users.verify(path, "alice", PASSWORD)
+    after = json.loads(path.read_text())["users"]["alice"]
+    assert (after["n"], after["r"], after["p"]) == (2**17, 8, 1) and after["hash"] != before["hash"]
+    assert after["added"] == before["added"] and users.verify(path, "alice", PASSWORD)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_checks_reserved_at_once_are_no_more_than_one_after_another():
+    throttle = LoginThrottle(clock=Clock())
+    let_through = [throttle.begin("alice", "10.0.0.1") == 0 for _ in range(60)]
+    assert sum(let_through) == throttle.free_per_name + 1  # the free ones and the one that locks
+    for _ in range(sum(let_through)):
+        throttle.end("alice", "10.0.0.1", False)
+    assert throttle.wait_s("alice", None) == FIRST_LOCK_S and throttle.in_flight == {}
+    assert throttle.begin("bob", "10.0.0.1") == 0  # another name, the address still free
+    throttle.end("bob", "10.0.0.1", True)
+
+
 def test_a_name_is_locked_after_its_free_failures_for_a_doubling_window():
     clock = Clock()
     throttle = LoginThrottle(clock=clock)

@@ -1,7 +1,7 @@
 """What the tabs share, passed to each tab's `build(ctx)` explicitly.
 
 Tabs never import each other. The few things they share are here: where runs live (per request:
-in a profile with login, the logged-in user's folder, see `ui.per_user`), the
+in the lab the logged-in user's folder, on a Space the visitor's, see `ui.per_user`), the
 deployment profile (policy the core defines in `dragonfarm_core.profiles`), and four pieces of
 per-browser-session state (the loaded dataset, the mapped dataset, the chosen model and the
 selected run). A tab reads a state by listing it as
@@ -34,7 +34,7 @@ def report_tokenizer(model: dragon.ResolvedModel) -> str | None:
 class AppContext:
     """Plain values plus the shared `gr.State`s; create it inside `gr.Blocks` with `new_context`."""
 
-    home: Path  # the app's runs folder; with login only NO_USER (each user has their own)
+    home: Path  # the app's runs folder; with owners only NO_USER (each has their own)
     profile: Profile
     dataset: gr.State  # dragon.Dataset as loaded, or None. Written by the Data tab.
     mapped: gr.State  # dragon.Dataset with a mapping, or None. Written by the Mapping tab.
@@ -52,9 +52,9 @@ class AppContext:
         return per_user.runs_dir_now(self.profile, self.home)
 
     def on_load(self, fn: Callable[[], Any], outputs: list[Any]) -> None:
-        """Run `fn` (no inputs) when a page loads, only where each user has their own runs;
-        without login the build-time values are already right."""
-        if self.profile.login:
+        """Run `fn` (no inputs) when a page loads, only where each user (or visitor) has
+        their own runs; otherwise the build-time values are already right."""
+        if per_user.owned(self.profile):
             self.loads.append((fn, outputs))
 
     @property
@@ -63,10 +63,10 @@ class AppContext:
 
 
 def new_context(runs_dir: Path, profile: Profile) -> AppContext:
-    """The context for one app; must be called inside a `gr.Blocks` block. With login the
-    tabs are built against NO_USER, never a folder with runs in it."""
+    """The context for one app; must be called inside a `gr.Blocks` block. With owners (lab
+    users, Space visitors) the tabs are built against NO_USER, never a folder with runs in it."""
     return AppContext(
-        home=per_user.NO_USER if profile.login else runs_dir,
+        home=per_user.NO_USER if per_user.owned(profile) else runs_dir,
         profile=profile,
         dataset=gr.State(None),
         mapped=gr.State(None),

@@ -24,9 +24,11 @@ from typing import Any
 import gradio as gr
 from starlette.middleware import Middleware
 
-from dragonfarm_core import http_guard, login_guard
+from dragonfarm_core import http_guard, login_guard, upload_disk
 from dragonfarm_core.profiles import Profile, get_profile, runs_dir_for
+from dragonfarm_core.session_owners import SessionGuard
 from dragonfarm_core.upload_caps import UploadCaps
+from dragonfarm_core.visitors import VisitorCookie
 from ui import per_user, queue_panel
 from ui.context import new_context
 from ui.tabs import (
@@ -61,8 +63,17 @@ CSS = """
 .run-outcome .outcome-cell p { margin: 2px 0; white-space: pre-wrap; }
 """
 HEADER = "## dragonfarm\nData in, columns mapped, model picked, trained, tried, improved."
+# A POST, which the Origin check guards (a GET link could be fired by any page); relative, as
+# under a proxy's path prefix. Not with a proxy's user header: the proxy logs people out.
+LOGOUT_FORM = (
+    '<form method="post" action="logout" style="text-align: right">'
+    '<button type="submit" class="lg secondary sm">Log out</button></form>'
+)
 GRADIO_TEMP_ENV = "GRADIO_TEMP_DIR"
 TEMP_PREFIX = "dragonfarm-gradio-"
+# Gradio's cache is cleared every 10 minutes of the files it made more than an hour ago: an
+# upload is copied into the runs folder as soon as the Data tab reads it (upload_disk.py).
+CACHE_CLEANING = (600, 3600)
 _temp_dir: Path | None = None
 
 
@@ -95,6 +106,11 @@ class DragonfarmApp(gr.Blocks):
     runs_dir: Path
     profile: Profile
 
+    def uploads_in_use(self) -> int:
+        """Bytes the app's uploads take: Gradio's cache and every uploads folder of its runs."""
+        return upload_disk.disk_in_use([*upload_disk.upload_folders(self.runs_dir),
+                                        gradio_temp_dir()])  # fmt: skip
+
     def hosts(
         self, server_name: str | None, allowed_hosts: str | Sequence[str] | None
     ) -> list[str]:
@@ -105,10 +121,13 @@ class DragonfarmApp(gr.Blocks):
         return http_guard.allowed_hosts(bound, extra)
 
     def launch(
-        self, *args: Any, allowed_hosts: str | Sequence[str] | None = None, **kwargs: Any
-    ) -> Any:
+        self, *args: Any, allowed_hosts: str | Sequence[str] | None = None,
+        forwarded_allow_ips: str | Sequence[str] | None = None, **kwargs: Any,
+    ) -> Any:  # fmt: skip
         """`gr.Blocks.launch`, plus `allowed_hosts`: host names to answer to besides
-        127.0.0.1, localhost, [::1] and `server_name` (a comma list or names; any port)."""
+        127.0.0.1, localhost, [::1] and `server_name` (a comma list or names; any port), and
+        `forwarded_allow_ips`: the reverse proxy's addresses, whose X-Forwarded-For is
+        believed (default none: each client is the address it connects from)."""
         if kwargs.pop("ssr_mode", None) or kwargs.pop("num_workers", None):
             raise ValueError(
                 "ssr_mode and num_workers put Gradio's Node server and file workers in front "
@@ -130,17 +149,23 @@ class DragonfarmApp(gr.Blocks):
         hint = (
             f" (Set by the {self.profile.name!r} profile: max_upload_mb="
             f"{self.profile.max_upload_mb}, max_session_upload_mb="
-            f"{self.profile.max_session_upload_mb}.)"
+            f"{self.profile.max_session_upload_mb}, max_total_upload_mb="
+            f"{self.profile.max_total_upload_mb}.)"
         )
         app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
         app_kwargs["middleware"] = [
             *http_guard.guard_middleware(hosts),
             *login,  # after the Origin check (no login from a foreign page), before uploads
+            # A Space: each browser's visitor id, before anything that reads whose runs
+            *([Middleware(VisitorCookie)] if self.profile.visitors else []),
+            Middleware(SessionGuard),  # sessions and uploads are their login's (or visitor's)
             Middleware(
                 UploadCaps,
                 max_request_mb=self.profile.max_upload_mb,
                 max_session_mb=self.profile.max_session_upload_mb,
                 hint=hint,
+                max_total_mb=self.profile.max_total_upload_mb,
+                in_use=self.uploads_in_use,
             ),
             *app_kwargs.get("middleware", []),
         ]
@@ -149,22 +174,21 @@ class DragonfarmApp(gr.Blocks):
         blocked = [str(self.runs_dir), *(kwargs.pop("blocked_paths", None) or [])]
         kwargs.setdefault("max_file_size", f"{self.profile.max_upload_mb}mb")
         gradio_temp_dir()
-        return super().launch(
-            *args,
-            app_kwargs=app_kwargs,
-            blocked_paths=blocked,
-            ssr_mode=False,  # the checks live in this Python server: nothing may answer first
-            num_workers=0,
-            **kwargs,
-        )
+        with http_guard.forwarded_from(forwarded_allow_ips):  # read as Gradio makes uvicorn's
+            return super().launch(
+                *args,
+                app_kwargs=app_kwargs,
+                blocked_paths=blocked,
+                ssr_mode=False,  # the checks live in this Python server: nothing answers first
+                num_workers=0,
+                **kwargs,
+            )
 
 
 def where_runs_go(folder: Path, profile: Profile) -> str:
     """The header's line: where runs are saved, the active profile and what it turns off."""
     text = f"Runs are saved in `{folder}` · {profile.summary()}"
-    if profile.login and not profile.user_header:  # a proxy's login is logged out there
-        text += " · [Log out](logout)"  # Gradio's route; relative, as under a proxy's prefix
-    if profile.ephemeral_runs and folder == Path(profile.default_runs_dir).resolve():
+    if profile.ephemeral_runs and folder.is_relative_to(Path(profile.default_runs_dir).resolve()):
         text += (
             "\n\n**This Space has no persistent storage: runs vanish when it restarts.** "
             "Turn on persistent storage in the Space's settings to keep them."
@@ -177,16 +201,21 @@ def build_app(runs_dir: str | os.PathLike[str], profile: str | Profile = "local"
     profile's name or a `Profile` (own upload caps, host names)."""
     chosen = profile if isinstance(profile, Profile) else get_profile(profile, runs_dir)
     folder = per_user.served_root(runs_dir, chosen)
+    chosen = chosen.with_runs_dir(folder)  # a Space's visitors: their folders under it
     gradio_temp_dir()  # before any component: each reads GRADIO_TEMP_DIR when created
-    with DragonfarmApp(title="dragonfarm", analytics_enabled=False) as app:
+    with DragonfarmApp(
+        title="dragonfarm", analytics_enabled=False, delete_cache=CACHE_CLEANING
+    ) as app:
         app.runs_dir, app.profile = folder, chosen  # with login: the lab root, all users'
         ctx = new_context(folder, chosen)
         gr.Markdown(HEADER, elem_id="df-header")
-        # With login the line names the user's own folder, filled in when the page loads.
+        # With owners the line names the user's own folder, filled in when the page loads.
         shown = gr.Markdown(
             "" if chosen.login else where_runs_go(folder, chosen), elem_id="df-runs-dir"
         )
         ctx.on_load(lambda: where_runs_go(ctx.runs_dir, chosen), [shown])
+        if chosen.login and not chosen.user_header:
+            gr.HTML(LOGOUT_FORM, elem_id="df-logout")
         with gr.Tabs() as tabs:
             ctx = dataclasses.replace(ctx, tabs=tabs)
             for tab in TABS:
@@ -205,6 +234,7 @@ def launch(
     port: int | None = 7860,
     profile: str | None = None,
     allowed_hosts: str | Sequence[str] | None = None,
+    forwarded_allow_ips: str | Sequence[str] | None = None,
 ) -> None:
     """Build the app for the profile and serve it until interrupted."""
     chosen = get_profile(profile, runs_dir)  # the lab's root is --runs-dir, unless its env
@@ -217,6 +247,7 @@ def launch(
         server_name=server_name,
         server_port=port,
         allowed_hosts=allowed_hosts,
+        forwarded_allow_ips=forwarded_allow_ips,
         theme=THEME,
         css=CSS,
         run_history=False,  # Gradio 6 would otherwise keep every call in the browser

@@ -1,17 +1,18 @@
-"""Whose runs a request sees: in a profile with login (lab) each user has a runs folder.
+"""Whose runs a request sees: in the lab each user has a runs folder, on a Space each visitor.
 
 Tabs bind their runs folder when the page is built (`partial(show, runs_dir=ctx.runs_dir)`),
 before anyone has logged in. So in a login profile the folder they bind is NO_USER, a path in
 /proc that does not exist and cannot be created (reads find nothing, writes fail), and
 `install` wraps every event handler of the app: per call it takes the user from the request
-(Gradio's login, or the reverse proxy's header when the profile trusts one) and replaces each
+(Gradio's login, the reverse proxy's header when the profile trusts one, or on a Space the
+visitor cookie of dragonfarm_core.visitors) and replaces each
 NO_USER path bound in the handler's partials (and each path under it, such as the uploads
 folder) with that user's folder. A lambda that reads `ctx.runs_dir` when called gets the same
 folder (`AppContext.runs_dir` asks `runs_dir_now`).
 A call without a user is refused before the handler runs. Binding happens per call and never
 after it, so a background thread a handler starts keeps the folder it was given.
 
-Without login (local, spaces) nothing is wrapped and the folder is the app's own.
+Without owners (local) nothing is wrapped and the folder is the app's own.
 """
 
 from __future__ import annotations
@@ -26,21 +27,33 @@ from typing import Any
 import gradio as gr
 from gradio.context import LocalContext
 
-from dragonfarm_core.profiles import USERS_DIR, Profile
+from dragonfarm_core import session_owners, visitors
+from dragonfarm_core.profiles import USERS_DIR, Profile, keep_private
 from dragonfarm_core.rundir.files import UPLOADS_DIR
 
 # What a login profile's handlers bind at build time; never a folder anyone's runs are in.
 # /proc (Linux, where the lab profile runs) refuses new entries even to root.
 NO_USER = Path("/proc/dragonfarm-no-user")
 LOGIN_FIRST = "Log in first: in this deployment every action needs a logged-in user."
+NO_VISITOR = (
+    "This browser sent no visitor cookie, which says whose runs are yours on this Space: "
+    "allow cookies for this site and reload the page."
+)
+
+
+def owned(profile: Profile) -> bool:
+    """Whether each user (lab) or visitor (a Space) has their own runs folder."""
+    return profile.owners_root is not None
 
 
 def served_root(runs_dir: str | os.PathLike[str], profile: Profile) -> Path:
     """The folder the app keeps runs under and never serves: `runs_dir` (made, with its
-    uploads folder), or with login the lab root that holds every user's folder."""
+    uploads folder), or with login the lab root that holds every user's folder (made private
+    to the server's account, see `profiles.keep_private`)."""
     if profile.login:
         root = Path(profile.lab_root or runs_dir).expanduser().resolve()
         root.mkdir(parents=True, exist_ok=True)
+        keep_private(root)  # 0700/0600, for this process and its children too
         return root
     folder = Path(runs_dir).expanduser().resolve()
     (folder / UPLOADS_DIR).mkdir(parents=True, exist_ok=True)
@@ -52,6 +65,9 @@ def request_user(profile: Profile, request: gr.Request | None = None) -> str | N
     request = request if request is not None else LocalContext.request.get(None)
     if request is None:
         return None
+    if profile.visitors:
+        headers = getattr(request, "headers", None) or {}
+        return visitors.visitor_of(headers.get("cookie"))
     if profile.user_header:
         # The proxy's authenticated user; the login middleware refuses a request without it.
         headers = getattr(request, "headers", None) or {}
@@ -67,9 +83,9 @@ def user_dir(profile: Profile, user: str) -> Path:
 
 
 def runs_dir_now(profile: Profile, home: Path) -> Path:
-    """The runs folder of the request being handled: `home` without login; with login the
-    user's folder, or NO_USER outside a request (building the page) or without a user."""
-    if not profile.login:
+    """The runs folder of the request being handled: `home` without owners; else the user's
+    (visitor's) folder, or NO_USER outside a request (building the page) or without one."""
+    if not owned(profile):
         return home
     user = request_user(profile)
     return user_dir(profile, user) if user else NO_USER
@@ -78,21 +94,24 @@ def runs_dir_now(profile: Profile, home: Path) -> Path:
 def foreign_folder(profile: Profile, text: str, runs_dir: Path) -> str | None:
     """Why a local folder the page names (a model to train) may not be used: it lies in the
     lab but outside the caller's own folder (another user's runs or merged models). None when
-    it may, or when the text names no existing path (a Hub id)."""
-    if not profile.login or not profile.lab_root or not text.strip():
+    it may, or when the text names no existing path (a Hub id). On a Space the app's whole
+    runs folder counts as the lab's."""
+    if not owned(profile) or not text.strip():
         return None
+    shared = Path(profile.lab_root or Path(profile.owners_root or "").parent).resolve()
     try:
         path = Path(text.strip()).expanduser().resolve()
         exists = path.exists()
     except (OSError, RuntimeError, ValueError):
         return None
-    inside_lab = path.is_relative_to(Path(profile.lab_root).resolve())
-    if not exists or not inside_lab or path.is_relative_to(runs_dir.resolve()):
+    inside = path.is_relative_to(shared)
+    if not exists or not inside or path.is_relative_to(runs_dir.resolve()):
         return None
+    where = "the lab's folder" if profile.lab_root else "this Space's runs folder"
     return (
-        f"Refused {text.strip()!r}: it is in the lab's folder but outside your own runs "
+        f"Refused {text.strip()!r}: it is in {where} but outside your own runs "
         f"directory {runs_dir}; use a model from the Hub, a folder of your own, or ask its "
-        "owner to share it outside the lab folder."
+        f"owner to share it outside {where}."
     )
 
 
@@ -107,10 +126,15 @@ def rebind(value: Any, folder: Path) -> Any:
     return value
 
 
-def _for_caller(fn: Callable[..., Any], profile: Profile) -> Callable[..., Any]:
-    user = request_user(profile)
+def _for_caller(fn: Callable[..., Any], profile: Profile, args: Any) -> Callable[..., Any]:
+    request = LocalContext.request.get(None)
+    user = request_user(profile, request)
     if not user:
-        raise gr.Error(LOGIN_FIRST)
+        raise gr.Error(NO_VISITOR if profile.visitors else LOGIN_FIRST)
+    # The page session (its state) and the uploads it names must be this caller's own.
+    session = getattr(request, "session_hash", None)
+    if refusal := session_owners.call_refusal(session, user, args):
+        raise gr.Error(refusal)
     return rebind(fn, user_dir(profile, user))
 
 
@@ -121,7 +145,7 @@ def per_request(fn: Callable[..., Any], profile: Profile) -> Callable[..., Any]:
 
         @functools.wraps(fn)
         def stream(*args: Any, **kwargs: Any) -> Any:
-            yield from _for_caller(fn, profile)(*args, **kwargs)
+            yield from _for_caller(fn, profile, args)(*args, **kwargs)
 
         return stream
     if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
@@ -129,14 +153,14 @@ def per_request(fn: Callable[..., Any], profile: Profile) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        return _for_caller(fn, profile)(*args, **kwargs)
+        return _for_caller(fn, profile, args)(*args, **kwargs)
 
     return call
 
 
 def install(app: gr.Blocks, profile: Profile) -> None:
-    """Wrap every event handler of `app` (see the module docstring); nothing without login."""
-    if not profile.login:
+    """Wrap every event handler of `app` (see the module docstring); nothing without owners."""
+    if not owned(profile):
         return
     for block_fn in app.fns.values():
         if block_fn.fn is not None:

@@ -20,8 +20,8 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from dragonfarm_core.profiles import USERS_DIR, Profile
-from dragonfarm_core.rundir import jobs, queue
+from dragonfarm_core.profiles import Profile
+from dragonfarm_core.rundir import files, jobs, queue
 from ui import per_user
 
 COLUMNS = ["device", "place", "user", "run"]
@@ -31,10 +31,11 @@ EMPTY = "No run is queued or training on this machine."
 
 
 def owner(job_dir: str | Path, profile: Profile) -> str | None:
-    """The lab user whose folder holds `job_dir`, or None (a job from outside the lab)."""
-    if not profile.lab_root:
+    """The lab user (or Space visitor) whose folder holds `job_dir`, or None (a job from
+    outside their folders)."""
+    if not profile.owners_root:
         return None
-    users_root = Path(profile.lab_root).resolve() / USERS_DIR
+    users_root = Path(profile.owners_root).resolve()
     path = Path(job_dir).resolve()
     return path.relative_to(users_root).parts[0] if path.is_relative_to(users_root) else None
 
@@ -94,25 +95,45 @@ def cap_refusal(profile: Profile, job_dir: str | Path) -> str | None:
     if cap is None or user is None:
         return None
     count = active_jobs_of(profile, user)
-    if count < cap:
+    if count >= cap:
+        where = "this Space" if profile.visitors else "this workstation"
+        return (
+            f"You have {count} run(s) queued or training already, the most {where} allows "
+            f"per {profile.owner_noun} ({cap}); wait for one to finish, or cancel one in the "
+            "Monitor tab, then start this again."
+        )
+    return kept_runs_refusal(profile, user, Path(job_dir))
+
+
+def kept_runs_refusal(profile: Profile, user: str, job_dir: Path) -> str | None:
+    """Why `user` may not start a new run in `job_dir`: they keep `max_runs_per_owner` runs
+    already, archived ones included (they hold disk too). A job on a run they have (an
+    evaluation, a resume) is not a new run."""
+    cap, home = profile.max_runs_per_owner, Path(profile.runs_dir_for_user(user)).resolve()
+    if cap is None or not home.is_dir():
+        return None
+    run = home / job_dir.resolve().relative_to(home).parts[0]
+    folders = [*home.iterdir(), *(home / files.ARCHIVED_DIR).glob("*")]
+    kept = sum(1 for p in folders if p != run and files.is_run_dir(p))
+    if kept < cap:
         return None
     return (
-        f"You have {count} run(s) queued or training already, the most this workstation allows "
-        f"per user ({cap}); wait for one to finish, or cancel one in the Monitor tab, then start "
-        "this again."
+        f"You keep {kept} runs (archived ones included), the most a {profile.owner_noun} may "
+        f"keep here ({cap}); delete one in the Runs tab, then start this again. On your own "
+        "machine (profile 'local') there is no such cap."
     )
 
 
 def admit(profile: Profile, job_dir: Path, device: str) -> None:
-    """`jobs.admission` for the lab: refuse a job whose user is at the cap."""
+    """`jobs.admission` for the lab and Spaces: refuse a job whose owner is at a cap."""
     refusal = cap_refusal(profile, job_dir)
     if refusal:
         raise RuntimeError(refusal)
 
 
 def install(profile: Profile) -> None:
-    """Make every device job this process starts pass `admit` (lab profile only)."""
-    if profile.login and profile.max_queued_per_user is not None:
+    """Make every device job this process starts pass `admit` (lab users, Space visitors)."""
+    if profile.owners_root and profile.max_queued_per_user is not None:
         jobs.admission = partial(admit, profile)
 
 

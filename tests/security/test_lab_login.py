@@ -5,12 +5,15 @@ description) and every other page, API, queue, upload and file route is a 401, i
 Gradio's own auth leaves open (FastAPI's /openapi.json, /monitoring/{key}, static files).
 Logged in (the form's multipart post, or the urlencoded one Gradio's client sends), the app
 answers. Wrong passwords lock the name (even the right password is then refused), sessions end
-after their hours and when the user is removed, a foreign page cannot log anyone in, and with a
-reverse proxy's user header nothing answers without it. Binding every interface needs login.
+after their hours and when the user is removed, a foreign page cannot log anyone in (or out),
+logging out is a POST, many wrong passwords at once get no more checks than one after another,
+X-Forwarded-For counts only from a proxy the admin names, and with a reverse proxy's user
+header nothing answers without it. Binding every interface needs login.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import replace
@@ -21,7 +24,7 @@ import pytest
 import served_apps
 
 from dragonfarm_core import profiles, users
-from dragonfarm_core.login_throttle import FIRST_LOCK_S, FREE_PER_NAME
+from dragonfarm_core.login_throttle import FIRST_LOCK_S, FREE_PER_ADDRESS, FREE_PER_NAME
 from dragonfarm_core.profiles import Profile, get_profile
 
 PASSWORD = {name: f"{name}-password-123" for name in ("alice", "bob", "carol", "dave")}
@@ -52,12 +55,13 @@ def lab_profile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Profile]:
     yield profile
 
 
-def serve(profile: Profile) -> Iterator[served_apps.Served]:
+def serve(profile: Profile, **launch: str) -> Iterator[served_apps.Served]:
     from ui.layout import build_app
 
     port = served_apps.free_port()
     app = build_app(profile.lab_root or "", profile)
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+               **launch)  # fmt: skip
     try:
         yield served_apps.Served(
             f"http://127.0.0.1:{port}", port, Path(profile.lab_root or ""), app
@@ -127,8 +131,30 @@ def test_a_logged_in_user_reaches_pages_api_uploads_and_files(lab):
         file_url = f"/gradio_api/file={sent.json()[0]}"
         assert bob.get(file_url).content == b"hello lab"
         assert refused(httpx.get(lab.url + file_url))  # the same file, logged out
-        assert bob.get("/logout", follow_redirects=False).status_code == 302
+        # /logout is a POST: a GET (a link or an image on any page) leaves the session alone.
+        get = bob.get("/logout", follow_redirects=False)
+        assert get.status_code == 405 and get.json()["error"]["code"] == "logout_needs_post"
+        assert get.headers["allow"] == "POST" and bob.get("/config").status_code == 200
+        assert bob.post("/logout", follow_redirects=False).status_code == 302
         assert refused(bob.get("/config"))  # logged out again
+
+
+def test_a_foreign_page_cannot_log_a_user_out(lab):
+    with closing(login(lab.url, "bob")) as bob:
+        foreign = bob.post("/logout", headers={"Origin": "http://evil.example"})
+        assert foreign.status_code == 403 and bob.get("/config").status_code == 200
+        own = bob.post("/logout", headers={"Origin": lab.url}, follow_redirects=False)
+        assert own.status_code == 302 and refused(bob.get("/config"))
+
+
+def test_session_cookies_last_as_long_as_the_session(lab, lab_profile):
+    with httpx.Client(base_url=lab.url, timeout=30) as client:
+        r = client.post("/login", data={"username": "bob", "password": PASSWORD["bob"]})
+        cookies = [v for k, v in r.headers.multi_items()
+                   if k == "set-cookie" and v.startswith("access-token")]  # fmt: skip
+        assert len(cookies) == 2  # Gradio's secure and plain-http session cookies
+        age = int((lab_profile.session_hours or 0) * 3600)
+        assert all(f"Max-Age={age}" in c for c in cookies), cookies
 
 
 def test_gradio_client_logs_in_and_calls_through_the_queue(lab):
@@ -152,6 +178,48 @@ def test_wrong_passwords_lock_the_name_then_even_the_right_one_is_refused(lab):
         assert 0 < int(right.headers["retry-after"]) <= FIRST_LOCK_S
         assert "access-token" not in right.headers.get("set-cookie", "")
     login(lab.url, "dave").close()  # another name, from the same address, still logs in
+
+
+@pytest.fixture
+def guessed(lab_profile: Profile) -> Iterator[served_apps.Served]:
+    """An app of its own, so its throttle's counts (per name and per 127.0.0.1) start at 0."""
+    yield from serve(lab_profile)
+
+
+@pytest.fixture
+def proxied_by_loopback(lab_profile: Profile) -> Iterator[served_apps.Served]:
+    """The same, started as an admin with a proxy on this machine would start it."""
+    yield from serve(lab_profile, forwarded_allow_ips="127.0.0.1")
+
+
+def test_many_wrong_passwords_at_once_get_no_more_checks_than_one_after_another(guessed):
+    async def guess_all() -> list[int]:
+        async with httpx.AsyncClient(base_url=guessed.url, timeout=120) as client:
+            sent = [client.post("/login", data={"username": "carol", "password": f"guess{i}!"})
+                    for i in range(60)]  # fmt: skip
+            return [r.status_code for r in await asyncio.gather(*sent)]
+
+    answers = asyncio.run(guess_all())
+    checked = answers.count(400)  # Gradio's "Incorrect credentials": a password was tried
+    assert set(answers) <= {400, 429} and checked == FREE_PER_NAME + 1, answers
+
+
+def _wrong_from(url: str, address: str, name: str) -> int:
+    r = httpx.post(url + "/login", data={"username": name, "password": "not-it-123"},
+                   headers={"X-Forwarded-For": address}, timeout=60)  # fmt: skip
+    return r.status_code
+
+
+def test_a_made_up_forwarded_address_does_not_walk_around_the_address_lock(guessed):
+    answers = [_wrong_from(guessed.url, f"203.0.113.{i}", f"name{i}")
+               for i in range(FREE_PER_ADDRESS + 2)]  # fmt: skip
+    assert answers == [400] * (FREE_PER_ADDRESS + 1) + [429]
+
+
+def test_behind_a_named_proxy_each_forwarded_address_counts_for_itself(proxied_by_loopback):
+    answers = [_wrong_from(proxied_by_loopback.url, f"203.0.113.{i}", f"name{i}")
+               for i in range(FREE_PER_ADDRESS + 2)]  # fmt: skip
+    assert answers == [400] * (FREE_PER_ADDRESS + 2)
 
 
 def test_a_session_ends_after_its_hours_and_when_the_user_is_removed(lab, lab_profile):
@@ -219,3 +287,46 @@ def test_every_interface_only_with_login_and_without_a_trusted_header(lab_profil
             server_name="127.0.0.1", server_port=served_apps.free_port(),
             prevent_thread_lock=True, quiet=True,
         )  # fmt: skip
+
+
+def _fn_index(client: httpx.Client, elem_id: str, event: str) -> int:
+    """The event wired to `event` on the component with `elem_id` (from the page's config)."""
+    config = client.get("/config").json()
+    (component,) = [c["id"] for c in config["components"]
+                    if c.get("props", {}).get("elem_id") == elem_id]  # fmt: skip
+    return next(int(d["id"]) for d in config["dependencies"]
+                if [component, event] in [list(t) for t in d["targets"]])  # fmt: skip
+
+
+def test_a_session_and_its_uploads_belong_to_the_login_that_made_them(lab, tmp_path):
+    from concurrent.futures import CancelledError
+
+    from gradio_client import Client, handle_file
+    from gradio_client.exceptions import AppError
+
+    mark = "BOBS-DATA-51C2"
+    csv = tmp_path / f"{mark}.csv"
+    csv.write_text("question,answer\n" + "".join(f"Q{i} {mark}?,A{i}.\n" for i in range(6)))
+    slow = {"timeout": 120}  # a password check takes a while (scrypt) on a busy machine
+    bob = Client(lab.url, auth=("bob", PASSWORD["bob"]), verbose=False, httpx_kwargs=slow)
+    with closing(login(lab.url, "bob")) as bob_http, closing(login(lab.url, "alice")) as alice:
+        bob.predict(handle_file(str(csv)), fn_index=_fn_index(bob_http, "data-upload", "upload"))
+        assert mark in bob.predict(api_name="/active_markdown")  # bob's page state
+        # Alice with bob's session hash: neither his page's state nor its event stream.
+        thief = Client(lab.url, auth=("alice", PASSWORD["alice"]), verbose=False,
+                       httpx_kwargs=slow)  # fmt: skip
+        thief.session_hash = bob.session_hash
+        try:
+            stolen = str(thief.predict(api_name="/active_markdown"))
+        except (AppError, CancelledError) as refused:  # its event stream is refused (403)
+            stolen = repr(refused)
+        assert mark not in stolen
+        stream = alice.get("/gradio_api/queue/data", params={"session_hash": bob.session_hash})
+        assert stream.status_code == 403 and stream.json()["error"]["code"] == "session_not_yours"
+        # Bob's upload, by its cache path: his to fetch, not hers.
+        sent = bob_http.post("/gradio_api/upload", files=[("files", (csv.name, csv.read_bytes()))])
+        file_url = f"/gradio_api/file={sent.json()[0]}"
+        assert bob_http.get(file_url).content == csv.read_bytes()
+        assert alice.get(file_url).status_code == 404
+        assert alice.get(file_url.replace("/gradio_api", "")).status_code == 404
+        assert mark not in alice.get(file_url).text

@@ -1,8 +1,9 @@
 """The app as a Hugging Face Space serves it: `python app.py --host 0.0.0.0 --port P` (the
 Dockerfile's CMD) under the spaces profile, with a folder standing in for the Space's /data.
 
-Runs made while it is up are there after a restart; the app answers the Space's proxy name and
-no other; HF_TOKEN from the Space's secrets reaches no page, config or API description.
+Runs made while it is up are there after a restart; each visitor (a browser, by its cookie)
+sees and changes only their own runs; the app answers the Space's proxy name and no other;
+HF_TOKEN from the Space's secrets reaches no page, config or API description.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from pathlib import Path
 import httpx
 from gradio_client import Client
 
+from dragonfarm_core import visitors
 from dragonfarm_core.rundir import files, launch
+from dragonfarm_core.visitors import COOKIE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
+from run_refs_scene import snapshot, write_run  # noqa: E402
 from served_apps import wait_answering  # noqa: E402  (the security tests' app starter)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,24 +75,46 @@ def _space(data: Path, log: Path) -> Iterator[str]:
         proc.wait(timeout=30)
 
 
-def _listed_run_ids(url: str) -> list[str]:
-    """The Runs tab's table, asked for as the page's timer asks for it (the event whose outputs
-    include the component with elem_id runs-table and that is triggered by a tick)."""
+def _visitor(url: str) -> str:
+    """A new visitor's id, as a browser's first page load gets it (the Space's cookie)."""
+    with httpx.Client(base_url=url, timeout=60) as browser:
+        assert browser.get("/").status_code == 200
+        visitor = visitors.visitor_of(f"{COOKIE}-unsecure={browser.cookies[f'{COOKIE}-unsecure']}")
+    assert visitor is not None
+    return visitor
+
+
+def _client(url: str, visitor: str) -> Client:
+    """The app's API as that visitor's browser reaches it (its cookie on every request)."""
+    return Client(
+        url, verbose=False, headers={"Cookie": f"{COOKIE}={visitor}"}, httpx_kwargs={"timeout": 60}
+    )  # a busy machine renders the config slowly
+
+
+def _fn_index(url: str, elem_id: str, event: str) -> int:
+    """The event wired to `event` on the component with `elem_id`, or whose outputs hold it
+    when `event` is "tick" (the page's timer)."""
     config = httpx.get(f"{url}/config", timeout=10).json()
     ids = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
-    table = next(i for i, elem in ids.items() if elem == "runs-table")
-    tick = next(
-        d
-        for d in config["dependencies"]
-        if table in d["outputs"] and any(t[1] == "tick" for t in d["targets"])
-    )
-    client = Client(url, verbose=False)
-    result = client.predict(None, None, None, fn_index=tick["id"])
+    (component,) = [i for i, elem in ids.items() if elem == elem_id]
+    for d in config["dependencies"]:
+        fires = any(t[1] == event and (event == "tick" or t[0] == component)
+                    for t in d["targets"])  # fmt: skip
+        if fires and (event != "tick" or component in d["outputs"]):
+            return int(d["id"])
+    raise AssertionError(f"no {event} event for {elem_id}")
+
+
+def _listed_run_ids(url: str, visitor: str) -> list[str]:
+    """The Runs tab's table as `visitor` sees it, asked for as the page's timer asks for it."""
+    result = _client(url, visitor).predict(None, None, None,
+                                           fn_index=_fn_index(url, "runs-table", "tick"))  # fmt: skip
     rows = result[0]["data"] if isinstance(result[0], dict) else result[0]
     return [str(row[0]) for row in rows]
 
 
 def _train_a_run(runs: Path, data: Path) -> str:
+    """A run trained by the command line into `runs` (a visitor's folder), as the app would."""
     done = subprocess.run(
         [
             sys.executable,
@@ -126,11 +152,12 @@ def test_a_space_keeps_its_runs_on_data_across_a_restart(tmp_path: Path):
         config = httpx.get(f"{url}/config", timeout=10).text
         assert str(runs) in config and "vanish" not in config
         assert "off: command and custom rewards" in config
-        assert _listed_run_ids(url) == []
-        run_id = _train_a_run(runs, data)
-        assert _listed_run_ids(url) == [run_id]
+        visitor = _visitor(url)
+        assert _listed_run_ids(url, visitor) == []
+        run_id = _train_a_run(runs / visitors.VISITORS_DIR / visitor, data)
+        assert _listed_run_ids(url, visitor) == [run_id]
     with _space(data, tmp_path / "second.log") as url:
-        assert _listed_run_ids(url) == [run_id]
+        assert _listed_run_ids(url, visitor) == [run_id]  # the same browser, after a restart
         # The Space's proxy reaches the app by its SPACE_HOST name; another name is refused.
         assert httpx.get(url, headers={"Host": SPACE_HOST}, timeout=10).status_code == 200
         assert httpx.get(url, headers={"Host": "evil.example"}, timeout=10).status_code == 400
@@ -144,3 +171,36 @@ def test_a_space_keeps_its_runs_on_data_across_a_restart(tmp_path: Path):
     for path in data.rglob("*"):
         if path.is_file():
             assert CANARY.encode() not in path.read_bytes(), path
+
+
+def test_a_visitor_sees_and_changes_only_their_own_runs(tmp_path: Path):
+    data = tmp_path / "data"
+    data.mkdir()
+    folders = data / "dragonfarm_runs" / visitors.VISITORS_DIR
+    model = tmp_path / "Tiny-Model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    with _space(data, tmp_path / "space.log") as url:
+        alice, bob = _visitor(url), _visitor(url)
+        assert alice != bob
+        run = write_run(folders / alice, "20260101-000000-alices-run", model, "succeeded")
+        before = snapshot(folders / alice)
+        assert _listed_run_ids(url, alice) == [run.name]  # a reload: the cookie stays
+        assert _listed_run_ids(url, bob) == []  # another browser does not see it
+        as_bob = _client(url, bob)
+        for ref in (run.name, str(run)):
+            deleted = as_bob.predict(
+                ref, True, True, fn_index=_fn_index(url, "runs-delete", "click")
+            )
+            archived = as_bob.predict(ref, True, fn_index=_fn_index(url, "runs-archive", "click"))
+            for message in (deleted[0], archived[0]):
+                assert "Deleted" not in message and "Archived" not in message, message
+                assert "df-error" in message, message  # said so
+            used = as_bob.predict(ref, "", fn_index=_fn_index(url, "model-use", "click"))
+            assert "Keeping dragonfarm/tiny-support" in used[-1], used  # not taken as a model
+            if ref == str(run):  # by path: refused as another's folder, not merely unknown
+                assert "Refused" in used[-1] and "outside your own runs directory" in used[-1]
+        assert snapshot(folders / alice) == before
+        assert _listed_run_ids(url, alice) == [run.name]
+        # A made-up cookie is no visitor: a fresh id is handed out, and its folder is empty.
+        assert _listed_run_ids(url, "../" + alice) == []

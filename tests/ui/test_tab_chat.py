@@ -353,3 +353,38 @@ def test_llama_cpp_serves_the_run_through_one_server_per_run(run, chat_model, ru
         refused = last(send(None, "Hi", chat_model, runs_dir,
                             *widgets(run, mode, backend="llamacpp")))  # fmt: skip
         assert "llama.cpp serves one GGUF" in refused["error"] and made == [run]
+
+
+@pytest.mark.parametrize("shared", ["lab", "spaces"])
+def test_a_shared_app_reaches_no_private_address_unless_the_admin_allows_it(
+    shared, run, chat_model, runs_dir, monkeypatch
+):
+    from dragonfarm_core import url_guard
+    from dragonfarm_core.profiles import get_profile
+
+    monkeypatch.delenv(url_guard.ALLOW_ENV, raising=False)
+    profile = get_profile(shared, runs_dir / "lab")
+    with FakeOpenAI("served-model") as server:  # on 127.0.0.1: inside the app's machine
+        asked = widgets(run, backend="server", url=server.url, served="served-model")
+        refused = last(chat.send(None, "Hi", chat_model, *asked, runs_dir=runs_dir,
+                                 profile=profile))  # fmt: skip
+        assert "Refused" in refused["error"] and url_guard.ALLOW_ENV in refused["error"]
+        assert server.requests == []  # nothing was sent
+        for url in ("http://10.0.0.7:8000/v1", "http://169.254.169.254/v1", "http://[::1]:1/v1",
+                    "http://localhost:11434"):  # fmt: skip
+            values = widgets(run, backend="server", url=url, served="m")
+            said = last(chat.send(None, "Hi", chat_model, *values, runs_dir=runs_dir,
+                                  profile=profile))  # fmt: skip
+            assert "Refused" in said["error"], url
+        ollama = last(chat.send(None, "Hi", chat_model, *widgets(run, backend="ollama",
+                      ollama_model="m"), runs_dir=runs_dir, profile=profile))  # fmt: skip
+        assert "Refused" in ollama["error"]  # its default address is this machine's
+        monkeypatch.setenv(url_guard.ALLOW_ENV, "127.0.0.1")  # the admin allows it
+        allowed = last(chat.send(None, "Hi", chat_model, *asked, runs_dir=runs_dir,
+                                 profile=profile))  # fmt: skip
+        assert allowed["error"] == "" and allowed["bot0"]["value"][-1]["content"] == REPLY
+        # On one's own machine (local) nothing is refused.
+        monkeypatch.delenv(url_guard.ALLOW_ENV)
+        own = last(chat.send(None, "Hi", chat_model, *asked, runs_dir=runs_dir,
+                             profile=get_profile("local")))  # fmt: skip
+        assert own["error"] == ""

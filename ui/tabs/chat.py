@@ -28,6 +28,7 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
+from dragonfarm_core.profiles import Profile
 from dragonfarm_core.rundir import files, refs
 from ui import present, watch
 from ui.chat_session import (
@@ -37,6 +38,7 @@ from ui.chat_session import (
     Session,
     chat_code,
     prepare,
+    reach_refusal,
     read_setup,
     stream,
     turns,
@@ -117,17 +119,22 @@ def converse(
 
 
 def send(
-    session: Session | None, text: str, model: dragon.ResolvedModel, *values: Any, runs_dir: Path
-) -> Iterator[tuple[Any, ...]]:
+    session: Session | None, text: str, model: dragon.ResolvedModel, *values: Any, runs_dir: Path,
+    profile: Profile | None = None,
+) -> Iterator[tuple[Any, ...]]:  # fmt: skip
     """Send -> streamed views: the message goes to every conversation shown, in turn.
-    `values` are the setup widgets' values, in `read_setup`'s order after `model`."""
+    `values` are the setup widgets' values, in `read_setup`'s order after `model`; a shared
+    `profile` refuses a server or Ollama URL inside its machine's network."""
     run, *rest = values
     if not (text or "").strip():
         yield view(session, "Type a message first.")
         return
     try:
         run = str(refs.resolve_run(run, runs_dir)) if run else run  # refuses one outside
-        ready = prepare(session, read_setup(run, model, *rest), runs_dir)
+        setup = read_setup(run, model, *rest)
+        if refusal := reach_refusal(setup, profile):
+            raise ValueError(refusal)
+        ready = prepare(session, setup, runs_dir)
     except ERRORS as e:
         yield view(session, str(e))  # the message stays in its box
         return
@@ -370,7 +377,7 @@ def build(ctx: AppContext) -> None:
     shown = [columns[0].bot, columns[1].bot, session, message, notice, usage, code, error]
     setup = [picker, mode, backend, url, served, key, ollama_model, ollama_url, system]
     setup += [max_new, temperature, top_p, window]
-    talk = partial(send, runs_dir=ctx.runs_dir)
+    talk = partial(send, runs_dir=ctx.runs_dir, profile=ctx.profile)
     go.click(talk, [session, message, ctx.model, *setup], shown)
     message.submit(talk, [session, message, ctx.model, *setup], shown)
     back.click(undo, session, shown)
