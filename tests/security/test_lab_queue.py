@@ -171,3 +171,40 @@ def test_the_trainer_refuses_a_gpu_this_machine_does_not_have():
     have = placement.torch.cuda.device_count() if placement.torch.cuda.is_available() else 0
     with pytest.raises(SettingsError, match=f"'cuda:{have}'"):
         placement.resolve_placement(Hardware(device=f"cuda:{have}"))
+
+
+def test_a_space_visitor_has_one_run_queued_and_keeps_a_capped_number(tmp_path, monkeypatch):
+    """On a Space each visitor (a browser's id) may have 1 run queued or training and keep
+    max_runs_per_owner runs, archived ones included; a job on a run they keep (a resume)
+    is not a new run. Another visitor is not counted against them."""
+    monkeypatch.setenv(queue.QUEUE_DIR_ENV, str(tmp_path / "queue"))
+    monkeypatch.setattr(jobs, "admission", None)
+    monkeypatch.setenv("DRAGONFARM_SPACES_DATA", str(tmp_path / "data"))
+    (tmp_path / "data").mkdir()
+    space = get_profile("spaces")
+    assert (space.max_queued_per_user, space.max_runs_per_owner) == (1, 20)
+    space = dataclasses.replace(space, max_runs_per_owner=3)
+    queue_panel.install(space)
+    visitor, other = "a" * 32, "b" * 32
+    home = per_user.user_dir(space, visitor)
+    assert home == tmp_path / "data" / "dragonfarm_runs" / "visitors" / visitor
+    model = tmp_path / "Tiny-Model"
+    model.mkdir()
+    kept = [write_run(home, f"20260101-00000{i}-kept", model, "failed") for i in range(2)]
+    write_run(home / files.ARCHIVED_DIR, "20260101-000009-old", model, "succeeded")
+    new = home / "20260102-000000-new"
+    refusal = queue_panel.cap_refusal(space, new)
+    assert refusal and "You keep 3 runs (archived ones included)" in refusal
+    assert "delete one in the Runs tab" in refusal
+    assert queue_panel.cap_refusal(space, kept[0]) is None  # resuming a run it keeps
+    assert queue_panel.cap_refusal(space, per_user.user_dir(space, other) / "x") is None
+    before = snapshot(kept[0])
+    proc = subprocess.Popen(["sleep", "60"])  # kept[1] training: the visitor's one place
+    try:
+        queue.register(kept[1], proc.pid, psutil.Process(proc.pid).create_time(), 1, "cpu")
+        with pytest.raises(RuntimeError, match=r"the most this Space allows per visitor \(1\)"):
+            launch.start_run(kept[0])  # through jobs.admission, as every tab starts a job
+    finally:
+        proc.kill()
+        proc.wait()
+    assert snapshot(kept[0]) == before
