@@ -109,7 +109,16 @@ def call_refusal(session_hash: str | None, owner: str, args: Iterable[Any]) -> s
     return None
 
 
-def _session_hash(scope: Scope, path: str) -> str | None:
+def _inside(scope: Scope) -> str:
+    """The request's path inside the app (without a proxy's root_path prefix)."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+def session_hash_of(scope: Scope) -> str | None:
+    """The Gradio session hash a request names in its query or path (the body's is read by
+    the handler's check, see `call_refusal`)."""
+    path = _inside(scope)
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
     if hashes := query.get("session_hash"):
         return hashes[0]
@@ -138,10 +147,8 @@ class SessionGuard:
         if scope["type"] != "http" or not owner:
             await self.app(scope, receive, send)
             return
-        path = scope.get("path", "")
-        root = scope.get("root_path", "")
-        path = path[len(root) :] if root and path.startswith(root) else path
-        session_hash = _session_hash(scope, path)
+        path = _inside(scope)
+        session_hash = session_hash_of(scope)
         if session_hash and not sessions.claim(session_hash, owner):
             await refuse(scope, send, 403, NOT_YOURS, "session_not_yours")
             return

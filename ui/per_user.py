@@ -65,9 +65,9 @@ def request_user(profile: Profile, request: gr.Request | None = None) -> str | N
     request = request if request is not None else LocalContext.request.get(None)
     if request is None:
         return None
-    if profile.visitors:
+    if profile.visitors:  # the browser's cookie, else (cookies blocked) the page's session
         headers = getattr(request, "headers", None) or {}
-        return visitors.visitor_of(headers.get("cookie"))
+        return visitors.owner_of(headers.get("cookie"), getattr(request, "session_hash", None))
     if profile.user_header:
         # The proxy's authenticated user; the login middleware refuses a request without it.
         headers = getattr(request, "headers", None) or {}
