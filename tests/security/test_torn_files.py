@@ -279,6 +279,19 @@ def test_a_run_with_a_damaged_config_stays_listed_as_damaged(runs_root, run_dir,
     assert not run_dir.exists()
 
 
+@pytest.mark.parametrize("damage", ["a list", "not JSON", "model a list", "args a list"])
+def test_the_monitor_shows_a_run_with_a_damaged_config(runs_root, run_dir, damage):
+    files.update_status(run_dir, state="succeeded", started_at="2026-09-14T10:15:00+00:00")
+    _damage_config(run_dir, damage)
+    header, bar, _chart, _log, _samples, code, *_, resume, error, _outcome, seen = monitor.show(
+        str(run_dir), runs_dir=runs_root
+    )
+    assert header.startswith("**damaged**") and "config.json is damaged" in header
+    assert "delete the run" in header and run_dir.name in header
+    assert 'data-state="damaged"' in bar and code == ""
+    assert resume["interactive"] is False and seen.active is False
+
+
 def test_the_config_problem_is_said_precisely(run_dir):
     cases = {
         "a list": "it holds a JSON list, not an object",

@@ -130,13 +130,17 @@ def show(run_dir: str | None, message: str = "", *, runs_dir: Path) -> tuple[Any
     table = present.samples_table(samples)
     widths = table_widths.column_widths(table)  # every column on screen at 1400 px
     shown = gr.update(value=table, visible=bool(samples), column_widths=widths)
+    try:
+        config, code = run.config, present.portable_code(dragon.code(run))
+    except files.ConfigDamagedError:  # the status (state damaged) says what is wrong and the fix
+        config, code = {"id": run.id}, ""
     return (
-        present.run_header(run.config, status),
+        present.run_header(config, status),
         bar,
-        charts.progress_figure(progress, run.config.get("method")),
+        charts.progress_figure(progress, config.get("method")),
         "\n".join(run.logs(LOG_LINES)),
         shown,
-        present.portable_code(dragon.code(run)),
+        code,
         gr.update(interactive=state in ACTIVE, value="Cancel"),
         gr.update(interactive=state in RESUMABLE),
         present.error_html(message),
