@@ -63,13 +63,14 @@ def test_smoke_runs_every_section_and_records_figures_or_why_not(tmp_path):
     for arm in ("ours", "ours_packing", "ours_padding_free", "trl"):
         assert qwen["arms"][arm]["tokens_per_s"] > 0 and qwen["arms"][arm]["eval_loss"] > 0, arm
     assert qwen["arms"]["ours"]["estimate_mib"] > 0 and qwen["tokens_per_s_ratio"] > 0
-    assert qwen["skipped"]["ours_liger"]  # Triton: a GPU only
+    on_cpu = report["device"] == "cpu"  # (--smoke takes a GPU where there is one)
+    assert not on_cpu or qwen["skipped"]["ours_liger"]  # Triton: a GPU only
     for name in ("dpo", "grpo"):
         assert sections[name]["ratio"] > 0, name
     worker = sections["worker"]
     assert worker["ours_b1"] > 0 and worker["plain_b1"] > 0 and worker["load_s"] > 0
     assert sections["merge"]["identical"] is True
-    assert sections["qlora"]["status"] == "skipped"  # bitsandbytes' 4-bit: a GPU only
+    assert not on_cpu or sections["qlora"]["status"] == "skipped"  # bitsandbytes: a GPU only
     last = done.stdout.strip().splitlines()[-1]
     values = dict(pair.split("=", 1) for pair in last.split())
     assert values["sections"] == str(len(SECTIONS)) and values["merge_identical"] == "True"
