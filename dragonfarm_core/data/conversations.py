@@ -89,7 +89,11 @@ def _file_items(path: Path) -> tuple[list[tuple[str, Any]], str]:
             f"list per row, not {fmt}. For a table of prompts and replies use dragon.dataset()."
         )
     text = read_text(path)
-    items = read_json_items(path, text) if fmt == "json" else read_jsonl_items(path, text)
+    items = (
+        read_json_items(path, text)
+        if fmt == "json"
+        else list(read_jsonl_items(path, text.split("\n")))
+    )
     out = []
     for where, obj in items:
         if not isinstance(obj.get("messages"), list):

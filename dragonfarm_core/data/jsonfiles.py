@@ -7,6 +7,7 @@ checks (a conversation without a user turn, say) can point at the exact spot in 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +69,13 @@ def read_json_items(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
     return items
 
 
-def read_jsonl_items(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
+def read_jsonl_items(path: Path, lines: Iterable[str]) -> Iterator[tuple[str, dict[str, Any]]]:
     """The objects of a JSON Lines file, each labelled "line <n>"; blank lines are skipped.
 
-    `text` is never blank (`read_text` refuses that), so at least one object comes back.
+    `lines` are split at "\\n" only (`text.split("\\n")`, or `readers.text_lines` streaming the
+    file), never by splitlines(): JSON strings may hold a raw U+2028, which is no line end.
     """
-    items = []
-    # split("\n"), not splitlines(): JSON strings may hold a raw U+2028, which is no line end.
-    for n, line in enumerate(text.split("\n"), start=1):
+    for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
@@ -96,5 +96,4 @@ def read_jsonl_items(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
             )
         if "\\u" in line:  # the text is valid UTF-8: only an escape can make a lone surrogate
             _check_text(obj, f"{path}, line {n}")
-        items.append((f"line {n}", obj))
-    return items
+        yield f"line {n}", obj

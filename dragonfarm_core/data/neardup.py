@@ -20,8 +20,13 @@ THRESHOLD = 90.0
 BANDS, ROWS_PER_BAND = 12, 4  # 48 hash functions; pairs sharing ~55% of their 4-grams surface
 SHINGLE = 4  # characters per shingle
 MAX_SHINGLES = 2_000_000  # above this, a consistent sample of shingles keeps the cost linear
+BLOCK_CHARS = 1_000_000  # texts are hashed this many characters at a time (memory)
 MIN_AGREEMENT = 0.4  # candidates whose signatures agree less than this are not worth scoring
 MAX_NEIGHBOURS = 16  # in a huge bucket, compare each text with this many earlier ones only
+# At most this many candidate pairs in all (fewer neighbours per band on many texts): texts
+# that all look alike (a small vocabulary) otherwise make BANDS * MAX_NEIGHBOURS pairs per
+# text, gigabytes of them at 100,000 texts.
+MAX_PAIRS = 2_000_000
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant for multiplicative hashing
 _WORD = re.compile(r"[^\W_]+")
 
@@ -51,24 +56,54 @@ def _shingles(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _signatures(texts: list[str]) -> np.ndarray:
-    """MinHash signature, one row of BANDS * ROWS_PER_BAND values per non-empty text."""
+    """MinHash signature, one row of BANDS * ROWS_PER_BAND values per non-empty text.
+
+    Texts are hashed BLOCK_CHARS at a time, so the arrays of pieces stay small whatever the
+    total; the sample above MAX_SHINGLES keeps one residue class of the whole, as in one pass.
+    """
+    total = sum(len(t) for t in texts)
+    modulus = -(-total // MAX_SHINGLES) if total > MAX_SHINGLES else 1
+    rng = np.random.default_rng(0)  # fixed: the same data always gives the same report
+    k = BANDS * ROWS_PER_BAND
+    mult = rng.integers(1, 2**63, size=k, dtype=np.uint64) | np.uint64(1)
+    add = rng.integers(0, 2**63, size=k, dtype=np.uint64)
+    sig = np.empty((len(texts), k), dtype=np.uint64)
+    start = 0
+    for block in _blocks(texts):
+        sig[start : start + len(block)] = _block_signatures(block, modulus, mult, add)
+        start += len(block)
+    return sig
+
+
+def _blocks(texts: list[str]) -> list[list[str]]:
+    """The texts in order, cut into runs of about BLOCK_CHARS characters (one text or more)."""
+    blocks: list[list[str]] = [[]]
+    size = 0
+    for text in texts:
+        if blocks[-1] and size + len(text) > BLOCK_CHARS:
+            blocks.append([])
+            size = 0
+        blocks[-1].append(text)
+        size += len(text)
+    return blocks
+
+
+def _block_signatures(
+    texts: list[str], modulus: int, mult: np.ndarray, add: np.ndarray
+) -> np.ndarray:
     with np.errstate(over="ignore"):  # multiplicative hashing relies on uint64 wrap-around
         flat, lens = _shingles(texts)
-        if len(flat) > MAX_SHINGLES:
+        if modulus > 1:
             # The same residue class in every text keeps the Jaccard estimate fair; a text
             # left with no piece at all keeps all of its own.
-            keep = flat % np.uint64(-(-len(flat) // MAX_SHINGLES)) == 0
+            keep = flat % np.uint64(modulus) == 0
             starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
             lost = np.add.reduceat(keep, starts) == 0
             keep |= np.repeat(lost, lens)
             flat, lens = flat[keep], np.add.reduceat(keep, starts)
         starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-        rng = np.random.default_rng(0)  # fixed: the same data always gives the same report
-        k = BANDS * ROWS_PER_BAND
-        mult = rng.integers(1, 2**63, size=k, dtype=np.uint64) | np.uint64(1)
-        add = rng.integers(0, 2**63, size=k, dtype=np.uint64)
-        sig = np.empty((len(texts), k), dtype=np.uint64)
-        for j in range(k):
+        sig = np.empty((len(texts), len(mult)), dtype=np.uint64)
+        for j in range(len(mult)):
             sig[:, j] = np.minimum.reduceat(flat * mult[j] + add[j], starts)
     return sig
 
@@ -76,6 +111,7 @@ def _signatures(texts: list[str]) -> np.ndarray:
 def _candidates(sig: np.ndarray) -> np.ndarray:
     """Unique (i, j) index pairs, i < j, that agree on at least one whole band."""
     found = []
+    neighbours = min(MAX_NEIGHBOURS, max(1, MAX_PAIRS // (BANDS * max(len(sig), 1))))
     for b in range(BANDS):
         key = np.zeros(len(sig), dtype=np.uint64)
         with np.errstate(over="ignore"):
@@ -83,7 +119,7 @@ def _candidates(sig: np.ndarray) -> np.ndarray:
                 key = key * _MIX ^ sig[:, q]
         order = np.argsort(key, kind="stable")
         sorted_key = key[order]
-        for d in range(1, MAX_NEIGHBOURS + 1):
+        for d in range(1, neighbours + 1):
             same = sorted_key[:-d] == sorted_key[d:]
             if not same.any():
                 break
@@ -94,7 +130,11 @@ def _candidates(sig: np.ndarray) -> np.ndarray:
     codes = np.sort(both[:, 0] * len(sig) + both[:, 1])  # one int per pair: cheap to dedupe
     codes = codes[np.concatenate([[True], codes[1:] != codes[:-1]])]
     pairs = np.column_stack([codes // len(sig), codes % len(sig)])
-    agreement = (sig[pairs[:, 0]] == sig[pairs[:, 1]]).mean(axis=1)
+    # A block of pairs at a time: two rows of signature per pair are 768 bytes.
+    agreement = np.concatenate([
+        (sig[block[:, 0]] == sig[block[:, 1]]).mean(axis=1)
+        for block in np.array_split(pairs, max(1, len(pairs) // 65536))
+    ])  # fmt: skip
     return pairs[agreement >= MIN_AGREEMENT]
 
 

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from dragonfarm_core.data.dataset import Dataset
 
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with BPE tokenizers
+# Near duplicates are looked for among this many rows (the first); exact ones among all.
+# Bounds the report's time and memory on a dataset of a million rows (docs/BENCHMARKS.md).
+MAX_NEAR_ROWS = 100_000
 STAT_NAMES = ("min", "median", "p95", "max")
 
 
@@ -162,7 +165,12 @@ def build_report(ds: Dataset, tokenizer: Any = None, max_seq_len: int = 1024) ->
     texts = report_texts(ds)
     notes = list(texts.notes)
     exact = len(texts.keys) - len(set(texts.keys))
-    near = near_duplicates(texts.similar)
+    near = near_duplicates(texts.similar[:MAX_NEAR_ROWS])
+    if len(texts.similar) > MAX_NEAR_ROWS:
+        notes.append(
+            f"Near duplicates were looked for among the first {MAX_NEAR_ROWS:,} rows of "
+            f"{len(texts.similar):,}; exact duplicates among all of them."
+        )
     near_rows = [(texts.rows[a] + 1, texts.rows[b] + 1, s) for a, b, s in near]
     chars = [max(len(t) for t in group) for group in texts.lengths]
     tokens, where = row_tokens(texts.lengths, chars, tokenizer)
