@@ -8,13 +8,20 @@ a per-session total. A session is a browser's session cookie, which the middlewa
 its first answer; a request without a known cookie (curl, a script) counts against its client
 address instead, so dropping the cookie does not reset the count. Every body counts (a file can
 also arrive as base64 inside JSON), but only uploads come near the caps. Pure Starlette.
+
+A new cookie does reset a session's count, so the app's uploads are also capped as a whole:
+an upload (a POST to a path ending in /upload) is refused when the disk uploads already use
+(`in_use`, see upload_disk.py), the uploads under way and this body together pass
+`max_total_mb`, whichever session sends it.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections import OrderedDict
+from collections.abc import Callable
 
+import anyio
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.formparsers import MultiPartException
 from starlette.requests import cookie_parser
@@ -41,17 +48,21 @@ def _mb(n: int) -> str:
 
 
 class UploadCaps:
-    """Refuses (413) a request body over `max_request_mb` (plus its form framing), and any
-    body once a session has sent `max_session_mb` in all. `hint` ends each refusal (which
+    """Refuses (413) a request body over `max_request_mb` (plus its form framing), any body
+    once a session has sent `max_session_mb` in all, and an upload that would take the disk
+    uploads use (`in_use()`, bytes) past `max_total_mb`. `hint` ends each refusal (which
     settings to change)."""
 
     def __init__(
-        self, app: ASGIApp, max_request_mb: int, max_session_mb: int, hint: str = ""
-    ) -> None:
+        self, app: ASGIApp, max_request_mb: int, max_session_mb: int, hint: str = "",
+        max_total_mb: int | None = None, in_use: Callable[[], int] | None = None,
+    ) -> None:  # fmt: skip
         self.app = app
         self.request_mb, self.session_mb = max_request_mb, max_session_mb
         self.max_request = max_request_mb * MB + FORM_OVERHEAD
         self.max_session = max_session_mb * MB
+        self.total_mb, self.in_use = max_total_mb, in_use
+        self.uploading = 0  # bytes of uploads received and not answered yet
         self.hint = hint
         # Per app: two apps on one host (cookies ignore the port) keep separate sessions.
         self.cookie = f"dragonfarm-session-{secrets.token_hex(4)}"
@@ -80,6 +91,21 @@ class UploadCaps:
             f"reopen it in a new browser session) to upload more.{self.hint}"
         )
 
+    def _over_total(self, total: int) -> str:
+        return (
+            f"The app's uploads would take {_mb(total)} of disk with this one, more than the "
+            f"{self.total_mb} MB it keeps for all uploads together. Uploads no run uses are "
+            f"removed after a day; try again later, or run dragonfarm on your own machine."
+            f"{self.hint}"
+        )
+
+    async def _total_before(self, scope: Scope) -> int | None:
+        """Bytes uploads hold before this request, when it is an upload under a total cap."""
+        upload = scope.get("method") == "POST" and scope.get("path", "").endswith("/upload")
+        if not upload or self.total_mb is None or self.in_use is None:
+            return None
+        return await anyio.to_thread.run_sync(self.in_use) + self.uploading
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -94,12 +120,16 @@ class UploadCaps:
             issue = secrets.token_urlsafe(18)
 
         refusal: str | None = None
+        before = await self._total_before(scope)
+        limit = None if self.total_mb is None else self.total_mb * MB
         declared = headers.get("content-length", "")
         if declared.isdigit():
             if int(declared) > self.max_request:
                 refusal = self._over_request(int(declared))
             elif self.sent.get(key, 0) + int(declared) > self.max_session:
                 refusal = self._over_session(self.sent.get(key, 0) + int(declared))
+            elif before is not None and limit is not None and before + int(declared) > limit:
+                refusal = self._over_total(before + int(declared))
         started = False
         received = 0
 
@@ -109,10 +139,14 @@ class UploadCaps:
             if message["type"] == "http.request" and message.get("body"):
                 received += len(message["body"])
                 total = self._count(key, len(message["body"]))
+                if before is not None:
+                    self.uploading += len(message["body"])
                 if received > self.max_request:
                     refusal = self._over_request(received)
                 elif total > self.max_session:
                     refusal = self._over_session(total)
+                elif before is not None and limit is not None and before + received > limit:
+                    refusal = self._over_total(before + received)
                 if refusal is not None:
                     raise BodyTooLarge(refusal)
             return message
@@ -130,14 +164,18 @@ class UploadCaps:
                     )
             await send(message)
 
-        if refusal is None:
-            try:
-                await self.app(scope, counted, answer)
-            except Exception:
-                if refusal is None or started:
-                    raise
-        if refusal is not None and not started:
-            await _too_large(send, refusal)
+        try:
+            if refusal is None:
+                try:
+                    await self.app(scope, counted, answer)
+                except Exception:
+                    if refusal is None or started:
+                        raise
+            if refusal is not None and not started:
+                await _too_large(send, refusal)
+        finally:
+            if before is not None:  # its bytes are on disk now (or gone): in_use counts them
+                self.uploading -= received
 
 
 async def _too_large(send: Send, message: str) -> None:

@@ -137,3 +137,16 @@ def test_an_encoding_problem_shows_its_command_as_code(tmp_path: Path, uploads_d
     problem = refused(latin, None, uploads_dir)
     assert "latin.csv is not valid UTF-8" in problem
     assert "<code>iconv -f latin1 -t utf-8 old.csv &gt; new.csv</code>" in problem
+
+
+def test_an_upload_past_a_read_limit_is_refused_naming_it(tmp_path: Path, uploads_dir: Path,
+                                                          qa_csv: Path):  # fmt: skip
+    current = data.load_upload(str(qa_csv), MODEL, None, uploads_dir, 10)[0]
+    huge = tmp_path / "one_cell.csv"
+    huge.write_text("question,answer\nWhat?," + "y" * 1_000_001 + "\n")
+    out = data.load_upload(str(huge), MODEL, current, uploads_dir, 10)
+    assert out[:5] == (SKIP,) * 5  # qa.csv stays loaded
+    assert "one_cell.csv, line 2, column &#x27;answer&#x27;" in out[5]
+    assert "1,000,000-character limit" in out[5] and "DRAGONFARM_MAX_CELL_CHARS" in out[5]
+    assert "qa" in out[5]  # says which dataset is still active
+    assert not (uploads_dir / "one_cell.csv").exists()  # no copy of a file nobody can use

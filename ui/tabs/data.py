@@ -5,7 +5,9 @@ Uploads are copied into `<runs_dir>/uploads/`, so the path in the code panel (an
 config) keeps working after the app restarts and Gradio's temp files are gone. A file that
 cannot be read leaves the previous dataset loaded and says what is wrong, naming the file as
 the person uploaded it (not its copy), and that the previous dataset was kept; the line
-`ui.active_data` shows on each tab names the dataset that is active.
+`ui.active_data` shows on each tab names the dataset that is active. Its copy is removed
+again, and each upload first removes the copies no run refers to that are a day old
+(`upload_disk.sweep`), so uploads do not pile up on the disk.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
+from dragonfarm_core import upload_disk
 from dragonfarm_core.data.codegen import dataset_code
 from ui import active_data, present, synthesize_panel, table_widths
 from ui.context import AppContext, report_tokenizer
@@ -43,13 +46,16 @@ def save_upload(upload: str, uploads_dir: Path, max_upload_mb: int) -> Path:
             f"{', '.join(FILE_TYPES)}."
         )
     uploads_dir.mkdir(parents=True, exist_ok=True)
+    upload_disk.sweep(uploads_dir.parent)
     target, n = uploads_dir / src.name, 1
     # The same file uploaded twice reuses its copy; a different file never overwrites one that
     # an earlier run's config may point at.
     while target.exists() and not filecmp.cmp(src, target, shallow=False):
         n += 1
         target = uploads_dir / f"{src.stem}-{n}{src.suffix}"
-    if not target.exists():
+    if target.exists():
+        target.touch()  # uploaded again: the sweep counts its day from now
+    else:
         shutil.copyfile(src, target)
     return target
 
@@ -96,10 +102,13 @@ def load_upload(
         return (gr.skip(),) * 7
     copy: Path | None = None
     try:
+        known = {p.name for p in uploads_dir.iterdir()} if uploads_dir.is_dir() else set()
         copy = save_upload(upload, uploads_dir, max_upload_mb)
         return _loaded(dragon.dataset(copy), model, gr.skip())
     except dragon.DatasetError as e:
         names = {} if copy is None else {str(copy.resolve()): Path(upload).name}
+        if copy is not None and copy.name not in known:
+            copy.unlink(missing_ok=True)  # a copy of a file nobody can use
         return _refused(present.user_file_names(str(e), names), current)
 
 
