@@ -13,6 +13,7 @@ import uvicorn
 from openai import OpenAI
 
 from dragonfarm_core.inference import InferenceError
+from dragonfarm_core.inference.protocol import Completion
 from dragonfarm_core.serve import build_api, main
 
 PIECES = ["Hello", " from", " the", " model."]
@@ -28,13 +29,16 @@ class Scripted:
         self.calls = []
 
     def chat(self, model, messages, sampling, on_token=None):
+        return self.complete(model, messages, sampling, on_token).text
+
+    def complete(self, model, messages, sampling, on_token=None):
         self.calls.append((model, messages, sampling))
         if messages[-1]["content"] == "fail":
             raise InferenceError("The local worker could not answer: boom")
         for piece in PIECES:
             if on_token:
                 on_token(piece)
-        return "".join(PIECES)
+        return Completion("".join(PIECES), "stop", len(messages), len(PIECES))
 
     def generate(self, model, conversations, sampling):
         return [self.chat(model, c, sampling) for c in conversations]

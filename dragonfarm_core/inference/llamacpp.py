@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.inference.protocol import (
+    Completion,
     InferenceError,
     InferenceTimeout,
     Message,
@@ -86,11 +87,16 @@ def sampler_body(sampling: Sampling, defaults: dict[str, float], ctx: int) -> di
                     samplers=["penalties", "temperature", "top_k", "top_p"])  # fmt: skip
     if sampling.seed is not None:
         body["seed"] = sampling.seed
+    if sampling.stop:
+        body["stop"] = list(sampling.stop)
+    if sampling.logit_bias:
+        body["logit_bias"] = [list(b) for b in sampling.logit_bias]
     return body
 
 
-def sse_pieces(response: Any) -> Iterator[str]:
-    """The text pieces of an OpenAI-style server-sent event stream."""
+def sse_pieces(response: Any, ends: dict[str, Any] | None = None) -> Iterator[str]:
+    """The text pieces of an OpenAI-style server-sent event stream; `ends` gets its
+    finish_reason and usage when given."""
     for raw in response:
         line = raw.decode("utf-8").strip()
         if not line.startswith("data:"):
@@ -101,7 +107,11 @@ def sse_pieces(response: Any) -> Iterator[str]:
         event = json.loads(data)
         if "error" in event:
             raise InferenceError(f"llama-server could not answer: {event['error']}")
+        if ends is not None and event.get("usage"):
+            ends["usage"] = event["usage"]
         for choice in event.get("choices") or []:
+            if ends is not None and choice.get("finish_reason"):
+                ends["finish_reason"] = choice["finish_reason"]
             piece = (choice.get("delta") or {}).get("content")
             if piece:
                 yield piece
@@ -189,7 +199,9 @@ class LlamaCppBackend:
         server.stop()
         return True
 
-    def _stream(self, server: Any, body: dict[str, Any]) -> Iterator[str]:
+    def _stream(
+        self, server: Any, body: dict[str, Any], ends: dict[str, Any] | None = None
+    ) -> Iterator[str]:
         request = urllib.request.Request(
             f"{server.url}/v1/chat/completions", data=json.dumps(body).encode("utf-8"),
             headers={"Content-Type": "application/json",
@@ -197,7 +209,7 @@ class LlamaCppBackend:
         )  # fmt: skip
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                yield from sse_pieces(response)
+                yield from sse_pieces(response, ends)
         except urllib.error.HTTPError as e:
             detail = e.read().decode("utf-8", errors="replace")[:500]
             raise InferenceError(f"llama-server answered {e.code}: {detail}") from None
@@ -212,12 +224,23 @@ class LlamaCppBackend:
     def chat(self, model: ModelSpec | None, messages: list[Message], sampling: Sampling,
              on_token: OnToken | None = None) -> str:  # fmt: skip
         """One reply, streamed to `on_token`; `model` is ignored (the GGUF is the model)."""
+        return self.complete(model, messages, sampling, on_token).text
+
+    def complete(self, model: ModelSpec | None, messages: list[Message], sampling: Sampling,
+                 on_token: OnToken | None = None) -> Completion:  # fmt: skip
+        """`chat`'s reply with llama-server's finish_reason and token counts; `on_token` may
+        raise `Cancelled` (the connection closes and llama-server stops decoding)."""
         for attempt in (1, 2):
             server = self._running()
             body = {"messages": messages, "stream": True,
+                    "stream_options": {"include_usage": True},
                     **sampler_body(sampling, self._defaults, self.ctx)}  # fmt: skip
+            ends: dict[str, Any] = {"finish_reason": "stop", "usage": {}}
             try:
-                return stream_reply(self._stream(server, body), on_token or (lambda _: None))
+                text = stream_reply(self._stream(server, body, ends), on_token or (lambda _: None))
+                usage = ends["usage"]
+                return Completion(text, ends["finish_reason"], int(usage.get(
+                    "prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))  # fmt: skip
             except ServerDied as e:
                 self._discard(server)
                 if attempt == 2:

@@ -30,6 +30,8 @@ from typing import Any
 import psutil
 
 from dragonfarm_core.inference.protocol import (
+    Cancelled,
+    Completion,
     InferenceError,
     InferenceTimeout,
     Message,
@@ -152,11 +154,30 @@ class WorkerProcess:
                 continue
             kind = event.get("event")
             if kind == "token" and on_token is not None:
-                on_token(event["text"])
+                try:
+                    on_token(event["text"])
+                except Cancelled:
+                    self.cancel(rid, timeout)
+                    raise
             elif kind == "done":
                 return event
             elif kind == "error":
                 raise InferenceError(f"The local worker could not answer: {event['error']}")
+
+    def cancel(self, rid: int, timeout: float) -> None:
+        """Ask the worker to drop request `rid` and wait until it has (it stops at its next
+        token), so the next request finds it free."""
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps({"id": rid, "op": "cancel"}) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            raise WorkerDied(str(e)) from None
+        while (event := self._next(timeout)).get("id") != rid or event.get("event") not in (
+            "done",
+            "error",
+        ):
+            continue
 
     def stop(self, grace: float = 5.0) -> None:
         """Close its input (it exits by itself), then end its process group if it lingers."""
@@ -246,14 +267,26 @@ class LocalBackend:
         sampling: Sampling,
         on_token: OnToken | None = None,
     ) -> str:
-        return self._generate(model, [messages], sampling, on_token)[0]
+        return self._generate(model, [messages], sampling, on_token)["texts"][0]
 
     def generate(
         self, model: ModelSpec | None, conversations: list[list[Message]], sampling: Sampling
     ) -> list[str]:
         if not conversations:
             return []
-        return self._generate(model, conversations, sampling, None)
+        return self._generate(model, conversations, sampling, None)["texts"]
+
+    def complete(
+        self,
+        model: ModelSpec | None,
+        messages: list[Message],
+        sampling: Sampling,
+        on_token: OnToken | None = None,
+    ) -> Completion:
+        """`chat`'s reply with why it ended and its token counts. `on_token` may raise
+        `Cancelled`: the worker then drops the request at its next token."""
+        done = self._generate(model, [messages], sampling, on_token)
+        return Completion(done["texts"][0], **done["replies"][0])
 
     def status(self) -> dict[str, Any]:
         """The worker's pid, device, loaded models and load count (starts it if needed)."""
@@ -265,7 +298,8 @@ class LocalBackend:
         conversations: list[list[Message]],
         sampling: Sampling,
         on_token: OnToken | None,
-    ) -> list[str]:
+    ) -> dict[str, Any]:
+        """The worker's answer: {"texts": [...], "replies": [{finish_reason, ...}, ...]}."""
         if model is None:
             raise ValueError(
                 "The local backend needs a model: pass a run, a run directory, a "
@@ -278,7 +312,7 @@ class LocalBackend:
             "sampling": sampling.as_dict(),
             "stream": on_token is not None,
         }
-        return self._call(payload, on_token)["texts"]
+        return self._call(payload, on_token)
 
     def _call(self, payload: dict[str, Any], on_token: OnToken | None) -> dict[str, Any]:
         with _lock:

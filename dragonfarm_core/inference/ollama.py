@@ -6,6 +6,8 @@ meet first get plain messages: Ollama not running at the URL, and a model it doe
 
 from __future__ import annotations
 
+from typing import Any
+
 from dragonfarm_core.inference.protocol import (
     InferenceError,
     InferenceTimeout,
@@ -46,13 +48,17 @@ class OllamaBackend:
     ) -> str:
         from ollama import Client
 
-        options = {
+        options: dict[str, Any] = {
             "num_predict": sampling.max_new_tokens,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
         }
         if sampling.seed is not None:
             options["seed"] = sampling.seed
+        if sampling.stop:
+            options["stop"] = list(sampling.stop)
+        if sampling.logit_bias:
+            raise InferenceError("Ollama takes no logit_bias: leave it out for this backend.")
         client = Client(host=self.url, timeout=self.timeout)
         try:
             if on_token is None:

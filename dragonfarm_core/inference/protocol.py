@@ -27,6 +27,10 @@ class InferenceTimeout(InferenceError):
     """A backend did not answer in time."""
 
 
+class Cancelled(Exception):
+    """Raised by an `on_token` whose caller went away: the backend stops the reply."""
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How to generate: length, randomness, nucleus sampling and the random seed."""
@@ -40,6 +44,11 @@ class Sampling:
     seed: int | None = None
     """The same conversations with the same seed give the same replies (on the same backend,
     hardware and weights); None samples afresh each call. Greedy decoding needs none."""
+    stop: tuple[str, ...] = ()
+    """Texts that end a reply where they first appear; the reply stops before them."""
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    """(token id, bias) pairs: the bias (-100 to 100) is added to that token's logit before
+    sampling, as OpenAI's logit_bias does (-100 all but bans it)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):
@@ -59,6 +68,13 @@ class Sampling:
             raise ValueError(
                 f"seed must be a whole number from 0 to {MAX_SEED}, or None; got {self.seed!r}."
             )
+        if not isinstance(self.stop, tuple) or not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError(f"stop must be a tuple of non-empty strings, got {self.stop!r}.")
+        for token, bias in self.logit_bias:
+            if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+                raise ValueError(f"logit_bias names token {token!r}; use a token id (0 or more).")
+            if not -100 <= bias <= 100:
+                raise ValueError(f"logit_bias for token {token} is {bias}; use -100 to 100.")
 
     def nth(self, i: int) -> Sampling:
         """The settings for the i-th of several conversations sent one at a time (a server,
@@ -74,7 +90,21 @@ class Sampling:
             "temperature": self.temperature,
             "top_p": self.top_p,
             "seed": self.seed,
+            # Only when set, so that saved transcripts' settings stay as they were.
+            **({"stop": list(self.stop)} if self.stop else {}),
+            **({"logit_bias": [list(b) for b in self.logit_bias]} if self.logit_bias else {}),
         }
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One reply with what an OpenAI client reads beside its text (`dragonfarm serve`)."""
+
+    text: str
+    finish_reason: str
+    """"stop" (the model ended it, or a stop text did) or "length" (max_new_tokens cut it)."""
+    prompt_tokens: int
+    completion_tokens: int
 
 
 @dataclass(frozen=True)
@@ -160,6 +190,16 @@ def check_messages(messages: object, where: str = "messages") -> list[Message]:
     if out[-1]["role"] != "user":
         raise ValueError(f"{where} must end with a user turn, not {out[-1]['role']!r}.")
     return out
+
+
+def cut_at_stop(text: str, stop: Iterable[str]) -> tuple[str, bool]:
+    """(`text` up to the first of the `stop` texts in it, whether one was there).
+
+    >>> cut_at_stop("1, 2, 3", [", 3", "2"])
+    ('1, ', True)
+    """
+    found = [i for i in (text.find(s) for s in stop) if i >= 0]
+    return (text[: min(found)], True) if found else (text, False)
 
 
 def stream_reply(pieces: Iterable[str | None], on_token: OnToken) -> str:

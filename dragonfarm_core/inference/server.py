@@ -7,10 +7,13 @@ ends up in a log, a saved transcript or a feedback file.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dragonfarm_core.inference.protocol import (
+    Cancelled,
+    Completion,
     InferenceError,
     InferenceTimeout,
     Message,
@@ -89,15 +92,7 @@ class ServerBackend:
         sampling: Sampling,
         on_token: OnToken | None = None,
     ) -> str:
-        options = {
-            "model": self.model,
-            "messages": messages,
-            "max_tokens": sampling.max_new_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-        }
-        if sampling.seed is not None:  # best effort: servers that lack it ignore it
-            options["seed"] = sampling.seed
+        options = self._options(messages, sampling)
         try:
             client = self._client()
             if on_token is None:
@@ -109,6 +104,56 @@ class ServerBackend:
             )
         except Exception as e:
             raise self._explain(e) from None
+
+    def complete(
+        self,
+        model: ModelSpec | None,
+        messages: list[Message],
+        sampling: Sampling,
+        on_token: OnToken | None = None,
+    ) -> Completion:
+        """`chat`'s reply, streamed, with the server's finish_reason and token counts (its
+        final usage chunk; 0 where it sends none). `on_token` may raise `Cancelled`."""
+        options = self._options(messages, sampling)
+        ends: dict[str, Any] = {"finish_reason": "stop", "usage": None}
+
+        def pieces(chunks: Any) -> Iterator[str | None]:
+            for c in chunks:
+                ends["usage"] = c.usage or ends["usage"]
+                for choice in c.choices:
+                    ends["finish_reason"] = choice.finish_reason or ends["finish_reason"]
+                    yield choice.delta.content
+
+        try:
+            chunks = self._client().chat.completions.create(
+                **options, stream=True, stream_options={"include_usage": True}
+            )
+            text = stream_reply(pieces(chunks), on_token or (lambda _: None))
+        except Cancelled:
+            raise
+        except Exception as e:
+            raise self._explain(e) from None
+        usage = ends["usage"]
+        return Completion(
+            text, ends["finish_reason"],
+            usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
+        )  # fmt: skip
+
+    def _options(self, messages: list[Message], sampling: Sampling) -> dict[str, Any]:
+        options = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": sampling.max_new_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+        }
+        if sampling.seed is not None:  # best effort: servers that lack it ignore it
+            options["seed"] = sampling.seed
+        if sampling.stop:
+            options["stop"] = list(sampling.stop)
+        if sampling.logit_bias:
+            options["logit_bias"] = {str(t): b for t, b in sampling.logit_bias}
+        return options
 
     def generate(
         self, model: ModelSpec | None, conversations: list[list[Message]], sampling: Sampling

@@ -37,15 +37,25 @@ def _folder(spec: ModelSpec) -> str:
     return spec.base
 
 
-def count_tokens(messages: list[Message], spec: ModelSpec | None = None) -> int:
-    """Tokens the conversation takes as a prompt (with the assistant header) for this model."""
+def exact_tokens(messages: list[Message], spec: ModelSpec | None) -> int | None:
+    """Tokens the conversation takes as a prompt (with the assistant header) for this model,
+    by its own tokenizer and template; None when they are not here or the template refuses."""
     loaded = _tokenizer(_folder(spec)) if spec is not None else None
-    if loaded is not None:
-        tokenizer, template, special = loaded
-        try:
-            text = render(template, messages, add_generation_prompt=True, **special)
-            return len(tokenizer.encode(text, add_special_tokens=False).ids)
-        except ChatTemplateError:
-            pass  # a template that refuses this shape: fall back to the estimate
+    if loaded is None:
+        return None
+    tokenizer, template, special = loaded
+    try:
+        text = render(template, messages, add_generation_prompt=True, **special)
+    except ChatTemplateError:
+        return None  # a template that refuses this shape
+    return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+def count_tokens(messages: list[Message], spec: ModelSpec | None = None) -> int:
+    """Tokens the conversation takes as a prompt for this model: `exact_tokens`, else the
+    rule-of-thumb estimate."""
+    exact = exact_tokens(messages, spec)
+    if exact is not None:
+        return exact
     chars = sum(len(m["content"]) for m in messages)
     return -(-chars // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(messages)

@@ -12,7 +12,8 @@ lands in the log (stderr) instead of corrupting the protocol.
     {"id": 2, "op": "status"}
     -> {"event": "ready", ...} once, then per request: {"id", "event": "token", "text"} (streamed
        pieces), {"id", "event": "alive"} (heartbeats during batches), and finally
-       {"id", "event": "done", "texts": [...]} or {"id", "event": "error", "error": "..."}
+       {"id", "event": "done", "texts": [...], "replies": [{finish_reason, prompt_tokens,
+       completion_tokens}, ...]} or {"id", "event": "error", "error": "..."}
 
 The last two models stay loaded (least recently used goes first), so switching between a run
 and another, or between a run and its base, costs no reload. On a CPU where torch has AVX2 or
@@ -38,6 +39,7 @@ import contextlib
 import gc
 import json
 import os
+import queue
 import shutil
 import sys
 import threading
@@ -48,6 +50,8 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 import psutil
+
+from dragonfarm_core.inference.protocol import cut_at_stop
 
 BATCH_SIZE = 16
 HELD_MODELS = 2
@@ -336,13 +340,56 @@ def compiled(model: Any) -> bool:
     return getattr(base_model(model), COMPILED_STEP, None) is not None
 
 
+class Dropped(Exception):
+    """The caller cancelled the request being answered ({"op": "cancel", "id": ...})."""
+
+
+class Requests:
+    """The requests on stdin, read by a thread so that a cancel arrives while a reply is
+    decoded: cancels are set aside in `cancelled`, the rest queued in order."""
+
+    def __init__(self, lines: IO[str]) -> None:
+        self.cancelled: set[Any] = set()
+        self.queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(lines,), daemon=True, name="requests").start()
+
+    def _read(self, lines: IO[str]) -> None:
+        for line in lines:
+            if not line.strip():
+                continue
+            request = json.loads(line)
+            if request.get("op") == "cancel":
+                self.cancelled.add(request.get("id"))
+            else:
+                self.queue.put(request)
+        self.queue.put(None)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        while (request := self.queue.get()) is not None:
+            yield request
+
+
+# Where a decode loop looks for its request's cancel (`serve` sets it); none outside serve.
+_requests: Requests | None = None
+
+
+def check_cancelled(rid: Any) -> None:
+    if _requests is not None and rid in _requests.cancelled:
+        raise Dropped(f"request {rid} was cancelled by its caller")
+
+
 def make_streamer(tokenizer: Any, channel: Channel, rid: int, stream: bool) -> Any:
-    """Streams decoded pieces for one conversation, or sends heartbeats for a batch."""
+    """Streams decoded pieces for one conversation, or sends heartbeats for a batch; either
+    stops the decode loop (raising Dropped) once the request is cancelled."""
     from transformers import TextStreamer
     from transformers.generation.streamers import BaseStreamer
 
     class Pieces(TextStreamer):
         sent = False
+
+        def put(self, value: Any) -> None:
+            check_cancelled(rid)
+            super().put(value)
 
         def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
             if text:
@@ -353,6 +400,7 @@ def make_streamer(tokenizer: Any, channel: Channel, rid: int, stream: bool) -> A
         last, sent = 0.0, False  # a batch streams no pieces
 
         def put(self, value: Any) -> None:
+            check_cancelled(rid)
             if time.monotonic() - self.last > HEARTBEAT_S:
                 self.last = time.monotonic()
                 channel.send({"id": rid, "event": "alive"})
@@ -390,7 +438,8 @@ def decoding(model: Any, sampling: dict[str, Any]) -> Any:
     """The request's settings over the model's generation config; temperature 0 is greedy."""
     from dragonfarm_core.inference.worker_decode import Decoding
 
-    return Decoding.from_model(model, sampling["temperature"], sampling["top_p"])
+    bias = tuple((int(t), float(b)) for t, b in sampling.get("logit_bias") or ())
+    return Decoding.from_model(model, sampling["temperature"], sampling["top_p"], bias)
 
 
 @contextlib.contextmanager
@@ -410,7 +459,13 @@ def seeded(seed: int | None, device: str) -> Iterator[None]:
 
 
 def generate(models: Models, request: dict[str, Any], channel: Channel) -> list[str]:
-    """Replies to the request's conversations, in order, in batches of BATCH_SIZE.
+    """The texts of `answer`'s replies."""
+    return [r["text"] for r in answer(models, request, channel)]
+
+
+def answer(models: Models, request: dict[str, Any], channel: Channel) -> list[dict[str, Any]]:
+    """Replies to the request's conversations (`reply`'s dicts), in order, in batches of
+    BATCH_SIZE.
 
     A model whose half-precision values overflow (non-finite logits) is reloaded in float32
     and the request is answered again, unless part of a reply was already streamed: then the
@@ -432,13 +487,49 @@ def generate(models: Models, request: dict[str, Any], channel: Channel) -> list[
         return generate_once(models, spec, request, channel, [])
 
 
+class StopTexts:
+    """transformers' StopStringCriteria for a batch's stop texts, remembering after how many
+    new tokens each row met one (its completion_tokens)."""
+
+    def __init__(self, tokenizer: Any, texts: list[str], prompt_len: int, rows: int) -> None:
+        from transformers import StopStringCriteria
+
+        self.criteria = StopStringCriteria(tokenizer, texts)
+        self.prompt_len = prompt_len
+        self.ended_at: list[int | None] = [None] * rows
+
+    def __call__(self, ids: Any) -> Any:
+        met = self.criteria(ids, None)
+        for row in met.nonzero().flatten().tolist():
+            if self.ended_at[row] is None:
+                self.ended_at[row] = ids.shape[1] - self.prompt_len
+        return met
+
+
+def reply(
+    text: str, tokens: list[int], stop: list[int], stop_texts: list[str], ended_at: int | None,
+    prompt_tokens: int,
+) -> dict[str, Any]:  # fmt: skip
+    """One reply as the worker sends it: its text (cut before a stop text, stripped), why it
+    ended ("stop" or "length": max_new_tokens) and its token counts."""
+    text, cut = cut_at_stop(text, stop_texts)
+    ends = [i + 1 for i, t in enumerate(tokens) if t in stop][:1]
+    ends += [] if ended_at is None else [ended_at]
+    return {
+        "text": text.strip(),
+        "finish_reason": "stop" if ends or cut else "length",
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": min(ends, default=len(tokens)),
+    }
+
+
 def generate_once(
     models: Models,
     spec: dict[str, Any],
     request: dict[str, Any],
     channel: Channel,
     sent: list[Any],
-) -> list[str]:
+) -> list[dict[str, Any]]:
     import torch
 
     from dragonfarm_core.chat_template import stop_ids
@@ -447,6 +538,7 @@ def generate_once(
     model, tokenizer = models.get(spec)
     settings, stop = decoding(model, request["sampling"]), stop_ids(model, tokenizer)
     max_new = request["sampling"]["max_new_tokens"]
+    stop_texts = list(request["sampling"].get("stop") or [])
     prompts = [
         tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False)
         for c in request["conversations"]
@@ -454,7 +546,7 @@ def generate_once(
     # Similar lengths share a batch, so little of it is padding; replies go back in order.
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     stream = bool(request.get("stream")) and len(prompts) == 1
-    replies: list[str] = [""] * len(prompts)
+    replies: list[dict[str, Any]] = [{}] * len(prompts)
     with seeded(request["sampling"].get("seed"), models.device):
         for start in range(0, len(order), BATCH_SIZE):
             chunk = order[start : start + BATCH_SIZE]
@@ -466,20 +558,25 @@ def generate_once(
             ).to(models.device)
             streamer = make_streamer(tokenizer, channel, request["id"], stream)
             sent.append(streamer)
+            ids = inputs["input_ids"]
+            until = StopTexts(tokenizer, stop_texts, *ids.shape[::-1]) if stop_texts else None
             with (
                 torch.inference_mode(),
                 adapter_mode(model, spec, models.dtype_for(spec)),
                 cpu_threads(model, len(chunk)),
             ):
                 new_tokens = decode(
-                    model, inputs["input_ids"], inputs["attention_mask"], settings,
+                    model, ids, inputs["attention_mask"], settings,
                     max_new_tokens=max_new, stop=stop, pad_id=tokenizer.pad_token_id,
-                    streamer=streamer,
+                    streamer=streamer, until=until,
                 )  # fmt: skip
-            for i, text in zip(
-                chunk, tokenizer.batch_decode(new_tokens, skip_special_tokens=True), strict=True
-            ):
-                replies[i] = text.strip()
+            texts = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+            prompt_tokens = inputs["attention_mask"].sum(-1).tolist()
+            for row, i in enumerate(chunk):
+                replies[i] = reply(
+                    texts[row], new_tokens[row].tolist(), stop, stop_texts,
+                    None if until is None else until.ended_at[row], prompt_tokens[row],
+                )  # fmt: skip
     return replies
 
 
@@ -494,21 +591,24 @@ def describe(error: BaseException) -> str:
 
 
 def serve(channel: Channel, models: Models) -> None:
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request = json.loads(line)
+    global _requests
+    _requests = Requests(sys.stdin)
+    for request in _requests:
         rid = request.get("id")
         try:
             if request.get("op") == "status":
                 channel.send({"id": rid, "event": "done", "status": models.status()})
             elif request.get("op") == "generate":
-                texts = generate(models, request, channel)
-                channel.send({"id": rid, "event": "done", "texts": texts})
+                replies = answer(models, request, channel)
+                texts = [r.pop("text") for r in replies]
+                channel.send({"id": rid, "event": "done", "texts": texts, "replies": replies})
             else:
                 channel.send(
                     {"id": rid, "event": "error", "error": f"unknown op {request.get('op')!r}"}
                 )
+        except Dropped as e:  # the caller waits for this answer, then sends the next
+            print(str(e), file=sys.stderr)
+            channel.send({"id": rid, "event": "error", "error": str(e)})
         except Exception as e:  # the worker lives on; the caller gets the reason
             print(f"request {rid} failed", file=sys.stderr)
             traceback.print_exc()

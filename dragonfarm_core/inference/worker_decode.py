@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,11 +98,20 @@ class Decoding:
     # Draw as generate() does (torch.multinomial), so that a seed draws generate()'s tokens;
     # False draws from the same distribution by its cumulative sums (`draw`).
     as_generate: bool = True
+    # (token id, bias) pairs added to the logits first (OpenAI's logit_bias; `dragonfarm serve`).
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     @classmethod
-    def from_model(cls, model: Any, temperature: float, top_p: float = 1.0) -> Decoding:
-        """The worker's settings: the request's temperature and top_p over the model's own
-        generation_config (its repetition penalty, its top_k or transformers' default)."""
+    def from_model(
+        cls,
+        model: Any,
+        temperature: float,
+        top_p: float = 1.0,
+        logit_bias: tuple[tuple[int, float], ...] = (),
+    ) -> Decoding:
+        """The worker's settings: the request's temperature, top_p and logit_bias over the
+        model's own generation_config (its repetition penalty, its top_k or transformers'
+        default)."""
         config = getattr(model, "generation_config", None)
         penalty = getattr(config, "repetition_penalty", None) or 1.0
         top_k = getattr(config, "top_k", None)
@@ -111,6 +120,7 @@ class Decoding:
             top_p=top_p,
             top_k=DEFAULT_TOP_K if top_k is None else int(top_k),
             repetition_penalty=float(penalty),
+            logit_bias=logit_bias,
         )
 
     @classmethod
@@ -128,12 +138,18 @@ class Decoding:
         from transformers import (
             LogitsProcessorList,
             RepetitionPenaltyLogitsProcessor,
+            SequenceBiasLogitsProcessor,
             TemperatureLogitsWarper,
             TopKLogitsWarper,
             TopPLogitsWarper,
         )
 
         found = LogitsProcessorList()
+        if self.logit_bias:
+            bias: list[list[list[int] | float]] = [
+                [[token], float(value)] for token, value in self.logit_bias
+            ]
+            found.append(SequenceBiasLogitsProcessor(bias))
         if self.repetition_penalty != 1.0:
             found.append(RepetitionPenaltyLogitsProcessor(self.repetition_penalty))
         if not self.greedy:
@@ -311,12 +327,14 @@ def decode(
     pad_id: int | None,
     streamer: Any = None,
     trimmed: bool = True,
+    until: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """The new tokens for each left-padded row of `input_ids`, [rows, longest reply]: the stop
     token that ended a row included, `pad_id` after it (as generate() returns them). `stop`
     empty decodes every row to max_new_tokens. `streamer` gets generate()'s calls: put(prompt),
     put(tokens) each step, end(). `trimmed` False keeps every step on model.forward (the tests and
-    bench/grpo_rollout.py compare the two)."""
+    bench/grpo_rollout.py compare the two). `until` (a transformers StoppingCriteria's call, over
+    the prompt and the tokens so far) ends the rows it returns True for, as a stop token does."""
     from transformers import DynamicCache
 
     rows, prompt_len = input_ids.shape
@@ -381,8 +399,10 @@ def decode(
             streamer.put(token.cpu())
         if stops.numel():
             running &= ~torch.isin(token, stops)
-            if not bool(running.any()):
-                break
+        if until is not None:
+            running &= ~until(seen[:, : length + 1])
+        if (stops.numel() or until is not None) and not bool(running.any()):
+            break
         step_ids, step_pos = token[:, None], step_pos[:, -1:] + 1
     if streamer is not None:
         streamer.end()

@@ -101,7 +101,7 @@ def test_the_apps_openai_server_reads_the_requests_seed():
     from dragonfarm_core.serve_openai import read_request
 
     body = {"model": "m", "messages": MESSAGES, "seed": 9}
-    assert read_request(body, "m")[1].seed == 9
-    assert read_request({**body, "seed": None}, "m")[1].seed is None
+    assert read_request(body, "m").sampling.seed == 9
+    assert read_request({**body, "seed": None}, "m").sampling.seed is None
     refused = read_request({**body, "seed": -3}, "m")
     assert refused.status_code == 400 and b"seed must be a whole number" in refused.body
