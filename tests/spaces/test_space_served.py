@@ -184,8 +184,8 @@ def test_a_visitor_sees_and_changes_only_their_own_runs(tmp_path: Path):
         alice, bob = _visitor(url), _visitor(url)
         assert alice != bob
         run = write_run(folders / alice, "20260101-000000-alices-run", model, "succeeded")
-        before = snapshot(folders / alice)
         assert _listed_run_ids(url, alice) == [run.name]  # a reload: the cookie stays
+        before = snapshot(folders / alice)
         assert _listed_run_ids(url, bob) == []  # another browser does not see it
         as_bob = _client(url, bob)
         for ref in (run.name, str(run)):
