@@ -260,6 +260,7 @@ def launch_options(profile: Profile) -> tuple[dict[str, Any], Middleware]:
     if profile.user_header:
         header = profile.user_header
         return {"auth_dependency": lambda request: header_user(request.headers, header)}, guard
+    users.decoy()  # made now, so the first unknown name costs no more than a wrong password
     if not users.list_users(users_file):
         raise ValueError(
             f"Nobody can log in: {users_file} has no users. Add one with `dragonfarm users "

@@ -80,10 +80,10 @@ def outdated(record: dict[str, Any]) -> bool:
 
 
 @functools.cache
-def _decoy() -> dict[str, Any]:
+def decoy() -> dict[str, Any]:
     """A record checked when the name is unknown, so an unknown name takes as long as a wrong
-    password (the time would otherwise say which names exist). Made on first use: it costs
-    as much as a login."""
+    password (the time would otherwise say which names exist). Made once, when the login
+    starts (`login_guard.launch_options`), not at import: it costs as much as a login."""
     return hash_password(secrets.token_urlsafe(16))
 
 
@@ -159,7 +159,7 @@ def verify(path: str | os.PathLike[str], name: str, password: str) -> bool:
     """Whether `name` is a user and `password` is theirs. An unknown name costs the same. A
     right password whose hash is at an older cost is hashed again at today's."""
     record = _read(Path(path)).get(name) if NAME_RE.fullmatch(name or "") else None
-    matches = password_matches(password, record or _decoy())
+    matches = password_matches(password, record or decoy())
     if record is not None and matches and outdated(record):
         _upgrade(Path(path), name, password, record)
     return record is not None and matches
