@@ -42,8 +42,11 @@ def test_build_app_has_one_tab_per_module_and_makes_the_uploads_folder(tmp_path:
 def test_the_app_opens_with_the_example_data_loaded(tmp_path: Path):
     app = layout.build_app(tmp_path / "runs")
     on_load = [f for f in app.fns.values() if any(event == "load" for _, event in f.targets)]
-    assert len(on_load) == 1  # one listener: the Data tab's
-    ds, _table, summary, *_ = on_load[0].fn()
+    # two listeners: the Data tab's (the example data) and the Export tab's llama.cpp line
+    names = [getattr(f.fn, "__name__", "") for f in on_load]
+    assert len(on_load) == 2 and names.count("status_text") == 1
+    (data_load,) = [f for f, name in zip(on_load, names, strict=True) if name != "status_text"]
+    ds, _table, summary, *_ = data_load.fn()
     assert str(ds.source) == str(dragon.example_data()) and "200 rows" in summary
 
 
