@@ -30,6 +30,8 @@ from typing import Any
 import pandas as pd
 
 from dragonfarm_core.methods import METHODS
+from dragonfarm_core.rewards import runner
+from dragonfarm_core.rewards.scoring import REGEX_TIMEOUT_S
 from dragonfarm_core.rundir import files, jobs, queue
 from dragonfarm_core.rundir.run import Run, open_run
 from dragonfarm_core.task_metrics import apply_metrics
@@ -186,12 +188,33 @@ def _samples_frame(samples: list[dict[str, Any]], method: str) -> pd.DataFrame:
     return frame[columns + [c for c in frame.columns if c not in columns]]
 
 
+def regex_values(name: str, metric: Any, generated: list[str]) -> list[float]:
+    """A metric_regex's values, searched in the reward helper (rewards.runner) with the regex
+    reward's time limit: in this process, a pattern that backtracks without end would hold
+    the GIL and freeze the app for everyone."""
+    texts = [g or "" for g in generated]
+    if not texts:
+        return []
+    ignore_case = getattr(metric, "ignore_case", True)
+    found = runner.search(metric.pattern, not ignore_case, texts, REGEX_TIMEOUT_S)
+    if len(found) < len(texts) or found[-1] is None:
+        raise ValueError(
+            f"Metric {name!r} gave up after {REGEX_TIMEOUT_S:g} s on row {len(found) - 1}: its "
+            f"pattern backtracks too much (nested repeats such as (.+)+ can take exponential "
+            "time). Simplify the pattern, e.g. one repeat per part and anchors."
+        )
+    return [1.0 if hit else 0.0 for hit in found]
+
+
 def store_metrics(run: Run, chosen: dict[str, Any], samples: pd.DataFrame) -> dict:
     """Score the samples with `chosen` and merge the results into metrics.json; returns
     name -> mean. (A recompute empties metrics.json: its entries scored the old samples.)"""
-    values = apply_metrics(
-        chosen, list(samples["generated"]), list(samples["reference"]), list(samples["prompt"])
-    )
+    generated = list(samples["generated"])
+    plain = {n: m for n, m in chosen.items() if getattr(m, "pattern", None) is None}
+    values = apply_metrics(plain, generated, list(samples["reference"]), list(samples["prompt"]))
+    values = {
+        n: values[n] if n in plain else regex_values(n, m, generated) for n, m in chosen.items()
+    }
     path = run.dir / files.METRICS
     stored = files.read_json(path) or {}
     for name, column in values.items():

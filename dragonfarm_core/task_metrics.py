@@ -192,6 +192,7 @@ def metric_regex(pattern: str, ignore_case: bool = True) -> Metric:
         return float(compiled.search(generated or "") is not None)
 
     regex.pattern = pattern  # type: ignore[attr-defined]  # shown by evaluate and code()
+    regex.ignore_case = ignore_case  # type: ignore[attr-defined]  # evaluate searches elsewhere
     return regex
 
 

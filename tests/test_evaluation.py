@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -202,3 +203,31 @@ def test_an_evaluation_is_a_full_read_only_mapping(tmp_path):
     assert list(ev) == ["pref_accuracy", "eval_pairs", "samples", "metrics"] and len(ev) == 4
     assert dict(ev)["metrics"] == {"f1": 0.5} and ev.get("perplexity") is None
     assert ev.pref_accuracy == 0.9 == ev["pref_accuracy"] and ev == ev
+
+
+def test_a_backtracking_regex_metric_is_refused_without_freezing_the_process(tmp_path):
+    """Run where it would hang if the search ran in the process (re holds the GIL): a child
+    Python under a deadline, whose other thread must keep running meanwhile."""
+    run_dir = finished_run(tmp_path, results=SFT_RESULTS, n_samples=1)
+    files.write_samples(run_dir, [{"prompt": "q", "reference": "r", "generated": "a" * 40,
+                                   "split": "eval"}])  # fmt: skip
+    probe = (
+        "import sys, threading, time\n"
+        "import dragonfarm_core as dragon\n"
+        "ticks = []\n"
+        "def tick():\n"
+        "    while len(ticks) < 5: ticks.append(time.monotonic()); time.sleep(0.1)\n"
+        "threading.Thread(target=tick, daemon=True).start()\n"
+        "try:\n"
+        "    dragon.evaluate(sys.argv[1], 1, metrics=[dragon.metric_regex(r'(.+)+\\x00')])\n"
+        "except ValueError as e:\n"
+        "    print(len(ticks), e)\n"
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", probe, str(run_dir)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=240)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("a backtracking regex metric froze its process for 240 s")
+    ticks, _, message = done.stdout.strip().partition(" ")
+    assert int(ticks) == 5, done.stderr[-2000:]  # the other thread ran during the search
+    assert message.startswith("Metric 'regex:(.+)+") and "gave up after 1 s on row 0" in message
