@@ -33,8 +33,9 @@ def file_label(ds: dragon.Dataset) -> str:
 
 
 def _code(text: str) -> str:
-    """`text` as an inline code span; backticks inside would end it early."""
-    return "`" + text.replace("`", "'") + "`"
+    """`text` as an inline code span; backticks inside would end it early, and a line break
+    would split it across lines, so a template's break reads `\\n` as in the code panel."""
+    return "`" + text.replace("`", "'").replace("\r", "").replace("\n", "\\n") + "`"
 
 
 def _rows(n: int) -> str:

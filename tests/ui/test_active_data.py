@@ -54,3 +54,13 @@ def test_mapping_errors_name_the_file_not_its_copy(qa_csv: Path, uploads_dir: Pa
     ds = data.load_upload(str(qa_csv), MODEL, None, uploads_dir, 10)[0]
     error = mapping.remap(ds, chat_model, "sft", "{question}", "{reply}", *[""] * 5)[4]
     assert "which qa.csv does not have" in error and str(uploads_dir) not in error
+
+
+def test_a_template_with_line_breaks_stays_one_code_span(qa_csv: Path):
+    """The example data's prompt `{subject}\\n\\n{body}` broke the span over two lines, leaving
+    stray backticks on every tab's line (seen in a 1400 px walk); it reads as the code does."""
+    ds = dragon.dataset(qa_csv)
+    mapped = ds.map(prompt="{question}\n\n{answer}", response="answer")
+    line = active_data.active_markdown(ds, mapped)
+    assert "\n" not in line
+    assert line.endswith("prompt `{question}\\n\\n{answer}`, response `answer`")
