@@ -32,6 +32,7 @@ what the user running the training can (the Hugging Face token file in its cache
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import json
@@ -459,3 +460,7 @@ def close_all() -> None:
         helpers, _idle[:] = list(_idle), []
     for helper in helpers:
         helper.close()
+
+
+# Their pipes closed at exit: the helpers would exit anyway, but Python warns of open files.
+atexit.register(close_all)
