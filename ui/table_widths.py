@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import gradio as gr
 import pandas as pd
 
 CHAR_PX = 8.5  # a character of the table's monospace font, bold headers included
@@ -73,3 +74,8 @@ def column_widths(frame: pd.DataFrame) -> list[str | int]:
     widths = _shares(widths, long_desire, TABLE_PX - sum(widths))
     total = sum(widths)
     return [f"{100 * w / total:.1f}%" for w in widths]
+
+
+def fitted(frame: pd.DataFrame, **changes: Any) -> Any:
+    """A Dataframe update showing `frame` with its `column_widths` (and any other `changes`)."""
+    return gr.update(value=frame, column_widths=column_widths(frame), **changes)

@@ -20,7 +20,7 @@ import pytest
 import dragonfarm_core as dragon
 from dragonfarm_core.rundir import create, files, location
 from dragonfarm_core.rundir.run import Run
-from ui import present, watch
+from ui import present, table_widths, watch
 from ui.tabs import runs
 
 SKIP = gr.skip()
@@ -65,8 +65,11 @@ def make_run(tmp_path: Path, runs_dir: Path):
 
 
 def listing(runs_dir: Path, chosen: str | None = None, archived: str | None = None) -> dict:
+    """The tables' frames (each comes with its column widths) and the pickers' updates."""
     names = ["table", "chosen", "archived_table", "archived"]
-    return dict(zip(names, runs.tables(runs_dir, chosen, archived), strict=True))
+    shown = dict(zip(names, runs.tables(runs_dir, chosen, archived), strict=True))
+    return {**shown, "table": shown["table"]["value"],
+            "archived_table": shown["archived_table"]["value"]}  # fmt: skip
 
 
 def outcome(out: tuple) -> dict:
@@ -160,11 +163,27 @@ def test_a_row_click_picks_the_run():
 def test_the_timer_reads_only_when_the_runs_folder_changed(make_run, runs_dir: Path):
     first = runs.refresh(runs_dir, None, None, None)
     seen = first[-1]
-    assert first[0].empty
+    assert first[0]["value"].empty
     assert runs.refresh(runs_dir, seen, None, None) == (SKIP,) * 5
     made = make_run("new", "succeeded")
     end = time.monotonic() + 5
     while watch.runs_version(runs_dir) == seen and time.monotonic() < end:
         time.sleep(0.02)
     later = runs.refresh(runs_dir, seen, None, None)
-    assert list(later[0]["id"]) == [made.name] and later[-1] != seen
+    assert list(later[0]["value"]["id"]) == [made.name] and later[-1] != seen
+
+
+def test_every_column_of_the_runs_table_gets_room_for_its_header(make_run, runs_dir: Path):
+    """Sized by their cells, 'continued from' stood one letter a line and 'trained on' was
+    off-screen in a 1400 px window (seen in a new user's walk): each table comes with widths
+    that fill the table and give each header its longest word."""
+    make_run("done", "succeeded")
+    for key in (0, 2):  # the runs table and the archived one
+        shown = runs.tables(runs_dir, None, None)[key]
+        widths = shown["column_widths"]
+        assert len(widths) == len(shown["value"].columns) == 10
+        assert widths == table_widths.column_widths(shown["value"])
+        assert all(str(w).endswith("%") for w in widths)  # all ten fit side by side
+        share = dict(zip(shown["value"].columns, widths, strict=True))
+        room = table_widths.TABLE_PX * float(share["continued from"].rstrip("%")) / 100
+        assert room >= table_widths.CHAR_PX * len("continued")

@@ -21,7 +21,7 @@ import gradio as gr
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.rundir import files, refs, store
-from ui import per_user, present, remote_panel, watch
+from ui import per_user, present, remote_panel, table_widths, watch
 from ui.context import AppContext
 
 TITLE = "Runs"
@@ -35,12 +35,13 @@ def _picker(ids: list[str], current: str | None) -> Any:
 
 def tables(runs_dir: Path, chosen: str | None, archived: str | None) -> tuple[Any, ...]:
     """-> (runs table, run picker, archived table, archived picker), newest first. A picked
-    run stays picked while it is still listed."""
+    run stays picked while it is still listed. The tables get widths per column: sized by
+    their cells, 'continued from' stood one letter a line and 'trained on' was off-screen."""
     active, gone = dragon.runs(runs_dir), dragon.archived_runs(runs_dir)
     return (
-        present.runs_table(active),
+        table_widths.fitted(present.runs_table(active)),
         _picker(list(active["id"]), chosen),
-        present.runs_table(gone),
+        table_widths.fitted(present.runs_table(gone)),
         _picker(list(gone["id"]), archived),
     )
 
