@@ -198,3 +198,22 @@ def test_the_replies_get_the_room_of_the_samples_table(two, runs_dir: Path):
     assert sum(share.values()) == pytest.approx(100, abs=0.5)
     # Without widths the prompt took the row; now each run's reply has a fair column of it.
     assert share[sft.id] >= 15 and share[dpo.id] >= 15 and share["prompt"] <= 50, share
+
+
+def test_the_note_counts_settings_in_words_and_says_where_a_and_b_come_from(two, runs_dir: Path):
+    """A new user's walk: Run A and Run B's lists were empty under a note saying "pick two runs
+    above"; the note now names the Runs picker and Refresh. One difference reads '1 setting
+    differs' (was '1 settings differ')."""
+    assert "Runs at the top" in compare.NO_PAIR and "Refresh" in compare.NO_PAIR
+    sft = two[0]
+    twin = runs_dir / "20260101-000000-twin"
+    shutil.copytree(sft.dir, twin)
+    config = json.loads((twin / "config.json").read_text())
+    config["id"] = twin.name
+    config["args"]["learning_rate"] = 0.5
+    (twin / "config.json").write_text(json.dumps(config))
+    diff, _, note, error = compare.pair(str(sft.dir), str(twin), runs_dir=runs_dir)
+    assert error == "" and diff["value"]["setting"].tolist() == ["args.learning_rate"]
+    assert note.startswith("**1** setting differs between ")
+    _, _, note, _ = compare.pair(str(sft.dir), str(two[1].dir), runs_dir=runs_dir)
+    assert "** settings differ between " in note

@@ -27,7 +27,12 @@ from ui.context import AppContext
 TITLE = "Compare"
 ERRORS = (FileNotFoundError, ValueError, TypeError, OSError)
 DEFAULT_CURVE = "loss"
-NO_PAIR = "Pick two runs above to see the settings they differ in and their replies side by side."
+# Run A and Run B list only the runs picked at the top (or every run after Refresh): an empty
+# list with "pick two runs above" left a new user nowhere to go.
+NO_PAIR = (
+    "Pick runs in Runs at the top (or press Refresh for every run), then two of them as Run A"
+    " and Run B: the settings they differ in and their replies show side by side."
+)
 SAME_PAIR = "A and B are the same run; pick two different runs."
 NO_SHARED = "The two runs have no samples for the same prompts (samples.json)."
 CODE_HINT = "# The Python that builds this table appears here."
@@ -93,7 +98,8 @@ def pair(a: str | None, b: str | None, *, runs_dir: Path) -> tuple[Any, ...]:
     labels = (first.name, second.name)
     diff = compare_view.config_diff(*configs, labels)
     side = compare_view.samples_side_by_side(_samples(first), _samples(second), labels)
-    note = f"**{len(diff)}** settings differ between `{first.name}` (A) and `{second.name}` (B)."
+    differ = "setting differs" if len(diff) == 1 else "settings differ"
+    note = f"**{len(diff)}** {differ} between `{first.name}` (A) and `{second.name}` (B)."
     if side.empty:
         note += " " + NO_SHARED
     # Widths per column: without them the prompt column takes the row and pushes A's and B's
