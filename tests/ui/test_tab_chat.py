@@ -388,3 +388,13 @@ def test_a_shared_app_reaches_no_private_address_unless_the_admin_allows_it(
         own = last(chat.send(None, "Hi", chat_model, *asked, runs_dir=runs_dir,
                              profile=get_profile("local")))  # fmt: skip
         assert own["error"] == ""
+
+
+def test_an_empty_chat_says_what_to_do():
+    """A new user's walk: the Chat tab opened on a blank 420 px box; it now says where to type,
+    who answers and what rating does, and the side-by-side column says what it is for."""
+    with gr.Blocks():
+        run_column, base_column = chat._column(0), chat._column(1)
+    assert run_column.bot.placeholder == chat.EMPTY_CHAT[0]
+    assert "press Send" in run_column.bot.placeholder and "Feedback" in run_column.bot.placeholder
+    assert base_column.bot.placeholder == chat.EMPTY_CHAT[1]

@@ -307,10 +307,21 @@ class Column:
     save: gr.Button
 
 
+# What an empty chat says (a blank 420 px box said nothing): column 0, then the base model's.
+EMPTY_CHAT = (
+    "Type a message below and press Send: the model picked in Talk to answers here. Rate a"
+    " reply with Good or Bad, or Edit it: the Feedback tab turns them into training data.",
+    "The base model answers the same message here, beside the run.",
+)
+
+
 def _column(i: int) -> Column:
     with gr.Column(visible=i == 0) as column:
         bot = gr.Chatbot(
-            label="Chat" if i == 0 else "Base model", height=420, elem_id=f"chat-bot-{i}"
+            label="Chat" if i == 0 else "Base model",
+            height=420,
+            placeholder=EMPTY_CHAT[i],
+            elem_id=f"chat-bot-{i}",
         )
         with gr.Row():
             up = gr.Button("👍 Good", size="sm", min_width=80, elem_id=f"chat-up-{i}")
