@@ -48,6 +48,14 @@ class Panel:
     height: float = 1.0
 
 
+# The legend sits in a band above the plot, top right (Gradio puts the plot's label over the top
+# left corner), below plotly's toolbar, which Gradio always shows in the figure's top right
+# (about 30 px): with a 30 px top margin the toolbar's icons were drawn over the legend's names.
+MODEBAR_PX = 30
+LEGEND_PX = 30
+MARGIN = {"l": 70, "r": 20, "t": MODEBAR_PX + LEGEND_PX, "b": 40}
+LEGEND = {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1, "xanchor": "right"}
+
 # How each progress column is drawn: legend name, line, marker size (0: a plain line).
 CURVES = {
     "loss": ("loss", {"color": LOSS_COLOUR}, 4),
@@ -132,9 +140,8 @@ def progress_figure(progress: pd.DataFrame, method: str | None = "sft") -> go.Fi
     fig.update_xaxes(title_text="step", row=len(panels), col=1)
     fig.update_layout(
         height=300 + 60 * len(panels),
-        margin={"l": 70, "r": 20, "t": 30, "b": 40},
-        # Top right: Gradio puts the plot's label over the top left corner.
-        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
+        margin=MARGIN,
+        legend=LEGEND,
         hovermode="x unified",
         template="plotly_white",
     )

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from ui.charts import CURVES, LOSS_COLOUR, REWARD_COLOURS
+from ui.charts import CURVES, LEGEND, LOSS_COLOUR, MARGIN, REWARD_COLOURS
 from ui.present import duration_text
 
 BEST = "★"
@@ -112,8 +112,8 @@ def overlay_figure(
         ))  # fmt: skip
     fig.update_layout(
         height=420,
-        margin={"l": 70, "r": 20, "t": 30, "b": 40},
-        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
+        margin=MARGIN,
+        legend=LEGEND,
         hovermode="x unified",
         template="plotly_white",
         xaxis_title=axis,

@@ -105,6 +105,12 @@ def test_compare_shows_both_replies_beside_the_prompt(page: Page, two_runs):
         page.get_by_role("option", name=run.id, exact=False).click()
         page.locator("#compare-legend").click()  # away from the picker: its list closes
         expect(page.locator("#compare-table")).to_contain_text(run.id, timeout=WAIT_MS)
+    # The toolbar Gradio always shows in the chart's top right was drawn over the legend's
+    # names (a 30 px top margin): the legend now sits below it.
+    expect(page.locator("#compare-chart .legend")).to_be_visible(timeout=WAIT_MS)
+    toolbar = page.locator("#compare-chart .modebar").bounding_box()
+    legend = page.locator("#compare-chart .legend").bounding_box()
+    assert toolbar and legend and legend["y"] >= toolbar["y"] + toolbar["height"], (toolbar, legend)
     table = "#compare-samples"
     expect(page.locator(table)).to_contain_text("Reply of the second run", timeout=WAIT_MS)
     assert headers_out_of_view(page, table, WIDTH) == []
