@@ -68,9 +68,12 @@ def _cell(column: str, value: Any) -> str:
 def comparison_table(frame: pd.DataFrame) -> pd.DataFrame:
     """dragon.compare()'s table as shown: columns no run has a value in left out, the best
     value of each column marked BEST, its header saying which way is better (↓ lower, ↑
-    higher)."""
+    higher). The figures that have a better way come right after the id: at the end of 18
+    columns they were off-screen in a 1400 px window, the legend above naming them."""
     better: dict[str, str] = frame.attrs.get("better", {})
-    columns = [c for c in frame.columns if c in KEEP or _has_value(frame[c])]
+    kept = [c for c in frame.columns if c in KEEP or _has_value(frame[c])]
+    figures = [c for c in kept if c in better]
+    columns = kept[:1] + figures + [c for c in kept[1:] if c not in figures]
     shown = {}
     for column in columns:
         cells = [_cell(column, v) for v in frame[column]]

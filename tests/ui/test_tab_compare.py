@@ -217,3 +217,15 @@ def test_the_note_counts_settings_in_words_and_says_where_a_and_b_come_from(two,
     assert note.startswith("**1** setting differs between ")
     _, _, note, _ = compare.pair(str(sft.dir), str(two[1].dir), runs_dir=runs_dir)
     assert "** settings differ between " in note
+
+
+def test_the_figures_the_legend_names_come_right_after_the_id(two, runs_dir: Path):
+    """A new user's walk: the losses the ★ legend talks about were the table's last columns,
+    off-screen right of 18 columns in a 1400 px window; they now follow the id."""
+    shown = view(compare.show([str(r.dir) for r in two], "loss", "step", None, None,
+                              runs_dir=runs_dir))  # fmt: skip
+    columns = list(shown["table"]["value"].columns)
+    figures = [c for c in columns if c.endswith(("↓", "↑"))]
+    assert "eval_loss ↓" in figures and "pref_accuracy ↑" in figures
+    assert columns[: 1 + len(figures)] == ["id", *figures]
+    assert columns[1 + len(figures)] == "name"
