@@ -310,3 +310,11 @@ def test_without_llama_cpp_export_gguf_names_the_build_button_and_build_runs_as_
     assert "llama.cpp is ready" in llama_cpp_panel.status_text()
     assert llama_cpp.find_llama_cpp().found_by == "the build cache"
     assert llama_cpp_panel.tick(None) == (SKIP,) * len(PANEL)
+
+
+def test_the_steps_cancel_says_what_it_stops(runs_dir: Path):
+    """A new user's walk: under the llama.cpp line's Build and Cancel, a second button also said
+    "Cancel"; the one that stops Merge, GGUF, Ollama or Publish now says so."""
+    shown = outputs(tab.show(str(succeeded_run(runs_dir)), None, runs_dir=runs_dir))
+    assert shown["stop"]["value"] == tab.STOP == "Cancel the running step"
+    assert shown["stop"]["interactive"] is False  # nothing runs yet

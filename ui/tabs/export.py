@@ -40,6 +40,9 @@ CANCEL_TIMEOUT_S = 10.0
 ACTIVE = ("queued", "running")
 QUANTS = ["q8_0", "f16", "bf16", "q4_k_m", "q5_k_m", "q6_k"]
 OLLAMA_URL = "http://localhost:11434"
+# The running step's Cancel, under the llama.cpp line whose build has a Cancel of its own: two
+# buttons both saying "Cancel" left a new user guessing which one stops what.
+STOP = "Cancel the running step"
 NO_RUN = "Pick a run that has succeeded: its model can then be merged, exported and published."
 ERRORS = (ValueError, TypeError, OSError, RuntimeError, LookupError)
 DOING = {"merge": "Merging", "gguf": "Exporting to GGUF", "ollama": "Registering with Ollama",
@@ -99,7 +102,7 @@ def _view(
         else gr.update(value=files_table(outputs), visible=bool(outputs.files)),
         keep if outputs is None else checks_markdown(outputs),
         keep if code is None else code,
-        gr.update(interactive=active, value="Cancel"),
+        gr.update(interactive=active, value=STOP),
         *buttons,
         keep if token is None else token,
         gr.Timer(active=active),
@@ -252,7 +255,7 @@ def build(ctx: AppContext) -> None:
                          elem_id="export-run")  # fmt: skip
     merge, quant, gguf, name, url, ollama, repo, what, private, token, publish = _steps()
     llama_cpp_panel.build()  # whether GGUF export can run here; Build when it cannot
-    stop = gr.Button("Cancel", interactive=False, elem_id="export-cancel")
+    stop = gr.Button(STOP, interactive=False, elem_id="export-cancel")
     error = gr.HTML(elem_id="export-error")
     status = gr.Markdown(present.hint_html(NO_RUN), elem_id="export-status")
     log = gr.Textbox(label=f"Log (last {LOG_LINES} lines)", lines=6, max_lines=6, autoscroll=True,
