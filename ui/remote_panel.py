@@ -27,13 +27,15 @@ from dragonfarm_core.rundir import refs
 from ui import present
 from ui.context import AppContext
 
-PROVIDERS = [(f"{r.name} ({r.cost})", r.provider) for r in dragon.remote_providers().itertuples()]
+# "Colab: free tier (T4 GPU), paid tiers": the cost in parentheses nested its own and, with the
+# picker a quarter of the row, was cut at "(free tier (T4 GPU".
+PROVIDERS = [(f"{r.name}: {r.cost}", r.provider) for r in dragon.remote_providers().itertuples()]
 ERRORS = (ValueError, TypeError, OSError, RuntimeError)
 
 
 def elsewhere_controls() -> tuple[Any, Any]:
     """(provider picker, Run elsewhere button), to sit next to Start."""
-    provider = gr.Dropdown(PROVIDERS, value="colab", label="GPU provider", scale=1,
+    provider = gr.Dropdown(PROVIDERS, value="colab", label="GPU provider", scale=2,
                            elem_id="train-provider")  # fmt: skip
     button = gr.Button("Run elsewhere", scale=1, elem_id="train-elsewhere")
     return provider, button

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from playwright.sync_api import Page, expect
-from table_view import first_row_cells, headers_out_of_view
+from table_view import HEADER_BOXES, first_row_cells, headers_out_of_view
 
 import dragonfarm_core as dragon
 from dragonfarm_core.feedback_store import record_event
@@ -111,5 +111,15 @@ def test_every_tab_shows_its_columns_at_1400px(page: Page, app_server, finished_
             lines = page.locator("#monitor-samples").inner_text().split("\n")
             caption = next(line for line in lines if line.startswith("Held-out samples"))
             assert [h for h in headers if h not in caption] == [], (headers, caption)
+        if tab.TITLE == "Train":  # the provider's name and cost, not cut at "(free tier (T4"
+            provider = page.locator("#train-provider input")
+            expect(provider).to_have_value("Google Colab: free tier (T4 GPU), paid tiers")
+            assert provider.evaluate("e => e.scrollWidth <= e.clientWidth")
+        if tab.TITLE == "Runs":  # 'trained on' was off-screen, 'continued from' a letter a line
+            expect(page.locator("#runs-table")).to_contain_text(finished_run.id, timeout=WAIT_MS)
+            cells = first_row_cells(page, "#runs-table")
+            assert len(cells) == 10 and [t for t, right in cells if right > WIDTH] == [], cells
+            boxes = page.eval_on_selector_all("#runs-table thead th", HEADER_BOXES)
+            assert all(right <= WIDTH and lines < 2.5 for _, right, lines in boxes), boxes
         page.wait_for_timeout(500)  # let charts and tables settle before the picture
         shoot(page, f"{tab.TITLE.lower()}_1400")
