@@ -6,7 +6,8 @@ and pushes the columns to its right off-screen, and a column squeezed next to it
 header mid-word ("feedbac k"). `column_widths` gives each column at least its header's longest
 word, short columns (ids, dates, labels) what their cells need, and shares the rest among the
 long text columns, whose cells wrap. A table with too many columns for the window gets those
-minimum widths in pixels instead, and scrolls sideways rather than break its headers.
+minimum widths in pixels instead (cells up to a short text's room), and scrolls sideways rather
+than break its headers.
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ def column_widths(frame: pd.DataFrame) -> list[str | int]:
         max(n, _px(LONG_MIN_CHARS)) if is_long else n for n, is_long in zip(need, long, strict=True)
     ]
     if not floors or sum(floors) > TABLE_PX:
-        return [round(n) for n in need]
+        # Scrolling sideways anyway: each column also gets its cells' room up to a short text's
+        # (an id of 28 characters in a column sized for its header "id" stood 3 letters a line).
+        short = _px(LONG_MIN_CHARS)
+        return [round(max(n, min(w, short))) for n, w in zip(need, want, strict=True)]
     # Short columns first get what their cells need (ids and labels should not wrap), then the
     # long text columns share what is left, in proportion to how much they hold.
     short_desire = [

@@ -23,7 +23,7 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core.rundir import files
-from ui import compare_view
+from ui import compare_view, table_widths
 from ui.tabs import compare
 
 SKIP = gr.skip()
@@ -229,3 +229,5 @@ def test_the_figures_the_legend_names_come_right_after_the_id(two, runs_dir: Pat
     assert "eval_loss ↓" in figures and "pref_accuracy ↑" in figures
     assert columns[: 1 + len(figures)] == ["id", *figures]
     assert columns[1 + len(figures)] == "name"
+    # with widths, so no header breaks mid-word ("meth od"), the table scrolling if it must
+    assert shown["table"]["column_widths"] == table_widths.column_widths(shown["table"]["value"])

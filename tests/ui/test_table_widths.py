@@ -42,3 +42,15 @@ def test_the_feedback_table_has_a_width_per_column():
     columns = present.feedback_table([]).columns
     assert len(feedback.COLUMN_WIDTHS) == len(columns)
     assert sum(float(w.rstrip("%")) for w in feedback.COLUMN_WIDTHS) == 100
+
+
+def test_a_scrolling_table_gives_short_cells_their_room():
+    """Compare's 18 columns scroll: its run ids (28 characters) got the room of the header "id"
+    and stood a few letters a line; now a cell gets up to a short text's room (20 characters),
+    a long text no more, and a header still its longest word."""
+    run_id = "20261207-045331-tiny-support"
+    frame = pd.DataFrame([{"id": run_id, "notes": LONG}
+                          | {f"measurement_number_{i}": "1" for i in range(12)}])  # fmt: skip
+    px = dict(zip(frame.columns, column_widths(frame), strict=True))
+    assert px["id"] == round(20 * CHAR_PX + PAD_PX) == px["notes"]
+    assert px["measurement_number_0"] == round(len("measurement_number_0") * CHAR_PX + PAD_PX)

@@ -146,7 +146,7 @@ def show(
     diff, side, note, _ = pair(a_update["value"], b_update["value"], runs_dir=runs_dir)
     shown = compare_view.comparison_table(table)
     return (
-        gr.update(value=shown, visible=not table.empty),
+        table_widths.fitted(shown, visible=not table.empty),  # headers unbroken ("meth od")
         compare_view.legend_text(table) if len(table) else present.hint_html("No runs yet."),
         chart,
         a_update,
