@@ -259,7 +259,9 @@ def test_past_the_bound_requests_get_429_and_a_client_that_leaves_frees_its_plac
     with serving(tmp_path, "--queue", "1") as (proc, url):
         client = OpenAI(base_url=url, api_key="none", max_retries=0, timeout=300)
         client.chat.completions.create(**{**GREEDY, "max_tokens": 2})  # the worker is loaded
-        holder = client.chat.completions.create(stream=True, **HOLD)
+        # The longest reply the context takes (2,048 tokens): the worker stays busy through the
+        # steps below where the bundled model decodes fast (400 were done before the 429 was asked).
+        holder = client.chat.completions.create(stream=True, **{**HOLD, "max_tokens": 1900})
         next(iter(holder))  # being answered: the worker is busy
         # One request may wait: this one does, then its client leaves...
         with pytest.raises(httpx.ReadTimeout):
