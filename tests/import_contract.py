@@ -72,6 +72,17 @@ APP_FACING: dict[str, str] = {
     "dragonfarm_core.rewards.checks": "the rewards builder: each reward type's options",
     "dragonfarm_core.rundir.store": "the Runs tab: which runs continue from a run, before delete",
     "dragonfarm_core.profiles": "the deployment profile: what the pages may offer, where runs live",
+    "dragonfarm_core.upload_disk": "the server: uploads capped as a whole, copies no run needs swept",
+    "dragonfarm_core.session_owners": "the server: a Gradio session and its uploads belong to the "
+    "login or visitor that made them",
+    "dragonfarm_core.visitors": "the Spaces profile: each browser's own runs folder and run caps",
+    "dragonfarm_core.url_guard": "the Chat tab: a shared app reaches no private address unless "
+    "the admin allows it",
+    "dragonfarm_core.llama_cpp": "the Export tab: whether llama.cpp is ready, and where",
+    "dragonfarm_core.llama_cpp_build": "the Export tab: the build's folder and its progress",
+    "dragonfarm_core.llama_cpp_job": "the Export tab: the Build llama.cpp button's job",
+    "dragonfarm_core.evaluation": "the Evaluate tab: saved_evaluation, what training wrote, read "
+    "without measuring",
 }
 
 # Rule 1, for now: files whose other internal imports are tolerated until their owner has
