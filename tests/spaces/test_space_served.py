@@ -109,7 +109,10 @@ def _listed_run_ids(url: str, visitor: str) -> list[str]:
     """The Runs tab's table as `visitor` sees it, asked for as the page's timer asks for it."""
     result = _client(url, visitor).predict(None, None, None,
                                            fn_index=_fn_index(url, "runs-table", "tick"))  # fmt: skip
-    rows = result[0]["data"] if isinstance(result[0], dict) else result[0]
+    table = result[0]
+    if isinstance(table, dict) and "value" in table:  # an update: the table with its widths
+        table = table["value"]
+    rows = table["data"] if isinstance(table, dict) else table
     return [str(row[0]) for row in rows]
 
 
