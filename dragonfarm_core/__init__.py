@@ -59,7 +59,7 @@ from dragonfarm_core.llm import (
     llm_local,
     llm_openai,
 )
-from dragonfarm_core.llm_jobs import LLMJob, start_judge
+from dragonfarm_core.llm.jobs import LLMJob, start_judge
 from dragonfarm_core.memory_estimate import Estimate, PreflightError, preflight
 from dragonfarm_core.method_args import DpoArgs, GrpoArgs, PreferenceArgs
 from dragonfarm_core.models import (

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core import pipeline_record as record_io
-from dragonfarm_core.llm_job_child import Scrubbed, read_keys
+from dragonfarm_core.llm.job_child import Scrubbed, read_keys
 from dragonfarm_core.pipeline_runner import Context, first_unfinished, run_steps, steps_of
 from dragonfarm_core.rundir import jobs, location
 

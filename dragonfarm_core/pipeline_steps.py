@@ -22,7 +22,7 @@ from dragonfarm_core.data.dataset import Dataset, dataset
 from dragonfarm_core.evaluation import metric_name
 from dragonfarm_core.judging import describe_judge
 from dragonfarm_core.llm import LLM
-from dragonfarm_core.llm_descriptions import llm_from_description
+from dragonfarm_core.llm.descriptions import llm_from_description
 from dragonfarm_core.method_args import GrpoArgs
 from dragonfarm_core.rewards import Reward
 from dragonfarm_core.rundir.run import Run

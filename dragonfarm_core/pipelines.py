@@ -30,7 +30,7 @@ import psutil
 from dragonfarm_core import pipeline_record as record_io
 from dragonfarm_core.judging import as_judge
 from dragonfarm_core.llm import LLM
-from dragonfarm_core.llm_descriptions import api_key_of
+from dragonfarm_core.llm.descriptions import api_key_of
 from dragonfarm_core.pipeline_chain import check_steps
 from dragonfarm_core.pipeline_runner import Context, first_unfinished, key_name, run_steps, steps_of
 from dragonfarm_core.pipeline_steps import Step

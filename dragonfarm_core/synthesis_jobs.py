@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.llm.base import LLM
-from dragonfarm_core.llm_descriptions import api_key_of, llm_from_description
+from dragonfarm_core.llm.descriptions import api_key_of, llm_from_description
 from dragonfarm_core.rundir import files, location
 from dragonfarm_core.synthesis import synthesize
 from dragonfarm_core.synthesis_asking import PromptRow, prompt_rows
@@ -42,7 +42,7 @@ def start_synthesis(
     returns the `LLMJob` at once. models: "teacher", "student", "judge" -> an LLM (its key goes
     to the job on stdin, never into a file) or a model id / run folder (answered locally, the
     job then waits its turn for the device). settings: the function's other arguments."""
-    from dragonfarm_core import llm_jobs
+    from dragonfarm_core.llm import jobs as llm_jobs
     from dragonfarm_core.rundir import queue
 
     if function not in JOB_KINDS:

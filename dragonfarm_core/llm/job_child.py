@@ -1,4 +1,4 @@
-"""The job's side of a judge or synthesis batch: what `python -m dragonfarm_core.llm_jobs JOB_DIR`
+"""The job's side of a judge or synthesis batch: what `python -m dragonfarm_core.llm.jobs JOB_DIR`
 runs in the child.
 
 The child reads the keys from its stdin (kept in memory only; its output is scrubbed of them),
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.llm import LLM
-from dragonfarm_core.llm_descriptions import llm_from_description
+from dragonfarm_core.llm.descriptions import llm_from_description
 from dragonfarm_core.rundir import files, jobs, location
 
 SPEC = "spec.json"  # in the job folder: the work's arguments, written by the launcher

@@ -5,7 +5,7 @@
     result = job.result()                                                # the Judgement
 
 The launcher writes the job's spec.json (the work's arguments; every LLM as its `describe()`,
-which never holds a key) into the job folder and starts `python -m dragonfarm_core.llm_jobs
+which never holds a key) into the job folder and starts `python -m dragonfarm_core.llm.jobs
 JOB_DIR` through the one job runner (`rundir.jobs`). A key (typed in the app, or read from the
 app's environment, which the allow-listed child environment does not pass) is handed to the
 child on its stdin, as JSON, and kept in its memory only: never in argv, the environment, a
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.llm import LLM
-from dragonfarm_core.llm_descriptions import api_key_of, llm_from_description
-from dragonfarm_core.llm_job_child import JUDGE_KIND, KINDS, SPEC, run_child
+from dragonfarm_core.llm.descriptions import api_key_of, llm_from_description
+from dragonfarm_core.llm.job_child import JUDGE_KIND, KINDS, SPEC, run_child
 from dragonfarm_core.rundir import files, jobs, location, queue
 from dragonfarm_core.rundir.run import Run, open_run
 
@@ -100,7 +100,7 @@ class LLMJob:
 
 
 def _command(job_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "dragonfarm_core.llm_jobs", str(job_dir)]
+    return [sys.executable, "-m", "dragonfarm_core.llm.jobs", str(job_dir)]
 
 
 def _secrets(keys: dict[str, str | None]) -> bytes:
@@ -210,7 +210,7 @@ RESULTS: dict[str, Callable[[LLMJob], Any]] = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dragonfarm_core.llm_jobs",
+        prog="python -m dragonfarm_core.llm.jobs",
         description="Run a judge or synthesis batch (the job in JOB_DIR, from its spec.json).",
     )
     parser.add_argument("job_dir", type=Path)
