@@ -94,7 +94,7 @@ APP_EXCEPTIONS: dict[str, frozenset[str] | None] = {}
 CORE_IMPORTS_OF_THE_APP: dict[tuple[str, str, str], str] = {
     ("dragonfarm_core", "ui.layout", "app"): "dragonfarm_core.app() builds the app when called",
     ("dragonfarm_core", "gradio", "TYPE_CHECKING"): "app()'s return type, for type checkers only",
-    ("dragonfarm_core.cli", "ui.layout", "_app"): (
+    ("dragonfarm_core.cli.commands", "ui.layout", "_app"): (
         "`dragonfarm app` is an entry point like app.py: it launches the app with its flags"
     ),
 }

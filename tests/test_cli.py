@@ -1,5 +1,5 @@
 """The `dragonfarm` command line, run as a user runs it: each test starts `python -m
-dragonfarm_core.cli ...` in a subprocess and reads its exit code, stdout and stderr.
+dragonfarm_core.cli.commands ...` in a subprocess and reads its exit code, stdout and stderr.
 
 Training runs use the stand-in trainer (tests/fake_trainer.py, DRAGONFARM_TRAINER_MODULE) and
 replies come from the stand-in worker (tests/inference/fake_worker.py, DRAGONFARM_WORKER_MODULE),
@@ -52,7 +52,7 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 def cli(*argv: str, input: str | None = None, cwd: Path | None = None, **env: str):
     return subprocess.run(
-        [sys.executable, "-m", "dragonfarm_core.cli", *argv],
+        [sys.executable, "-m", "dragonfarm_core.cli.commands", *argv],
         capture_output=True,
         text=True,
         input=input,

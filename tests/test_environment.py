@@ -58,7 +58,7 @@ def test_cli_check_json(tmp_path):
         [
             sys.executable,
             "-m",
-            "dragonfarm_core.cli",
+            "dragonfarm_core.cli.commands",
             "check",
             "--json",
             "--runs-dir",

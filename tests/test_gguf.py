@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core import cli, environment, export, gguf, gguf_files, llama_cpp
+from dragonfarm_core import environment, export, gguf, gguf_files, llama_cpp
+from dragonfarm_core.cli import commands as cli
 from dragonfarm_core.gguf import GGUFError, LlamaCppMissing
 from dragonfarm_core.rundir import files, location
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core import cli, export
+from dragonfarm_core import export
+from dragonfarm_core.cli import commands as cli
 from dragonfarm_core.export import MergeError
 from dragonfarm_core.rundir import files
 

@@ -292,7 +292,7 @@ def test_a_failed_publish_job_names_the_reason(run_dir):
 def test_the_cli_publishes_and_reports_a_refusal(run_dir, monkeypatch, capsys):
     from huggingface_hub import constants
 
-    from dragonfarm_core import cli
+    from dragonfarm_core.cli import commands as cli
 
     with FakeHub() as hub:
         monkeypatch.setattr(constants, "ENDPOINT", hub.url)  # as HF_ENDPOINT sets it

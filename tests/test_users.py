@@ -203,7 +203,7 @@ def test_users_commands_through_the_real_cli(tmp_path: Path):
 
 
 def test_users_add_asks_twice_and_refuses_two_different_passwords(monkeypatch, path: Path):
-    from dragonfarm_core import cli_users
+    from dragonfarm_core.cli import users as cli_users
 
     answers = iter([PASSWORD, PASSWORD + "x"])
     monkeypatch.setattr(cli_users.getpass, "getpass", lambda prompt: next(answers))

@@ -18,7 +18,8 @@ import pytest
 from results_fakes import bundled_run, good_results, write_zip
 
 import dragonfarm_core as dragon
-from dragonfarm_core import bundle_zip, cli
+from dragonfarm_core import bundle_zip
+from dragonfarm_core.cli import commands as cli
 from dragonfarm_core.results_check import RESULT_FILES
 from dragonfarm_core.rundir import files, launch
 

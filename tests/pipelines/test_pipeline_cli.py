@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from dragonfarm_core import cli
+from dragonfarm_core.cli import commands as cli
 from dragonfarm_core.rundir import files
 
 YAML = """\

@@ -138,7 +138,7 @@ def test_a_foreign_websocket_is_closed_before_it_opens():
 
 def test_app_py_and_dragonfarm_app_take_allowed_hosts(monkeypatch):
     import app as app_py
-    from dragonfarm_core import cli
+    from dragonfarm_core.cli import commands as cli
     from ui import layout
 
     seen = []

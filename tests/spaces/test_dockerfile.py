@@ -100,7 +100,7 @@ def test_the_build_context_holds_the_model_and_example_data_and_no_runs():
 
     needed = ["app.py", "pyproject.toml", "requirements.txt", "scripts/build_llama_cpp.py",
               "assets/example_tickets.csv", "assets/models/tiny-support/model.safetensors",
-              "assets/models/tiny-support/tokenizer.json", "dragonfarm_core/cli.py",
+              "assets/models/tiny-support/tokenizer.json", "dragonfarm_core/cli/commands.py",
               "ui/layout.py"]  # fmt: skip
     for path in needed:
         assert (ROOT / path).is_file(), path

@@ -122,7 +122,7 @@ def _train_a_run(runs: Path, data: Path) -> str:
         [
             sys.executable,
             "-m",
-            "dragonfarm_core.cli",
+            "dragonfarm_core.cli.commands",
             "train",
             str(ROOT / "assets" / "example_tickets.csv"),
             "--model",

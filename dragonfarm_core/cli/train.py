@@ -17,8 +17,8 @@ import inspect
 from typing import Any
 
 import dragonfarm_core as dragon
-from dragonfarm_core import cli_flags
-from dragonfarm_core.cli_flags import field_defaults, values_of
+from dragonfarm_core.cli import flags as cli_flags
+from dragonfarm_core.cli.flags import field_defaults, values_of
 from dragonfarm_core.data.dataset import DEFAULT_EVAL_FRAC, MIN_ROWS_FOR_DEFAULT_SPLIT
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.spec import DEFAULT_HARDWARE, DEFAULT_LORA
