@@ -70,9 +70,9 @@ from dragonfarm_core.models import (
     resolve_model,
 )
 from dragonfarm_core.ollama_export import serve_ollama, start_serve_ollama
-from dragonfarm_core.pipeline_chain import PipelineError
-from dragonfarm_core.pipeline_steps import steps
-from dragonfarm_core.pipelines import (
+from dragonfarm_core.pipelines.chain import PipelineError
+from dragonfarm_core.pipelines.steps import steps
+from dragonfarm_core.pipelines.pipeline import (
     Pipeline,
     open_pipeline,
     pipeline,

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core import codegen
-from dragonfarm_core import pipeline_record as record_io
+from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.data.codegen import dataset_code, literal, portable
-from dragonfarm_core.pipeline_steps import KINDS
+from dragonfarm_core.pipelines.steps import KINDS
 from dragonfarm_core.settings import Lora, TrainArgs
 
 

@@ -138,7 +138,7 @@ def retry(run: Run | str | os.PathLike[str], fix: Fix, wait: bool = False) -> Ru
     """Apply `fix`: a new run from `run`'s config with the fix's changes (next to it), or, for
     a resume fix, `run` resumed."""
     from dragonfarm_core import training
-    from dragonfarm_core.pipeline_steps import dataset_from_spec
+    from dragonfarm_core.pipelines.steps import dataset_from_spec
     from dragonfarm_core.spec import RunSpec
 
     run = open_run(run)

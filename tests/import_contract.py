@@ -63,11 +63,11 @@ APP_FACING: dict[str, str] = {
     "dragonfarm_core.settings": "the settings dataclasses: widgets take their labels, help, "
     "defaults and limits from the fields",
     "dragonfarm_core.method_args": "the per-method settings groups, for the same widgets",
-    "dragonfarm_core.pipeline_steps": "the Pipelines tab: the step dataclasses its step widgets "
+    "dragonfarm_core.pipelines.steps": "the Pipelines tab: the step dataclasses its step widgets "
     "are generated from (KINDS)",
-    "dragonfarm_core.pipeline_chain": "the Pipelines tab: check_steps names the step that cannot "
+    "dragonfarm_core.pipelines.chain": "the Pipelines tab: check_steps names the step that cannot "
     "run before Start",
-    "dragonfarm_core.pipelines": "the Pipelines tab: list_pipelines fills its picker",
+    "dragonfarm_core.pipelines.pipeline": "the Pipelines tab: list_pipelines fills its picker",
     "dragonfarm_core.rewards": "the rewards builder: reward types and their names",
     "dragonfarm_core.rewards.checks": "the rewards builder: each reward type's options",
     "dragonfarm_core.rundir.store": "the Runs tab: which runs continue from a run, before delete",

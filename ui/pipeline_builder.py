@@ -22,8 +22,8 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core.pipeline_chain import PipelineError, check_steps
-from dragonfarm_core.pipeline_steps import KINDS, Step
+from dragonfarm_core.pipelines.chain import PipelineError, check_steps
+from dragonfarm_core.pipelines.steps import KINDS, Step
 from dragonfarm_core.settings import SettingsError, TrainArgs
 from ui import llm_form, pipeline_form, pipeline_view, present
 from ui.rewards_builder import build_rewards

@@ -1,5 +1,5 @@
 """The settings widgets of each pipeline step kind, generated from the step dataclasses
-(`dragonfarm_core.pipeline_steps.KINDS`), and their values read back into a step.
+(`dragonfarm_core.pipelines.steps.KINDS`), and their values read back into a step.
 
 Every field of a step's dataclass gets a widget by its declared type, as `ui.settings_form`
 does for the Train tab's settings: a checkbox for a bool, a number box for int and float, a
@@ -19,7 +19,7 @@ from typing import Any
 
 import gradio as gr
 
-from dragonfarm_core.pipeline_steps import KINDS, Step
+from dragonfarm_core.pipelines.steps import KINDS, Step
 
 # The kinds the builder offers: every step kind.
 KIND_CHOICES = [

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import dragonfarm_core as dragon
-from dragonfarm_core.pipeline_chain import label
-from dragonfarm_core.pipeline_steps import step_from_dict
+from dragonfarm_core.pipelines.chain import label
+from dragonfarm_core.pipelines.steps import step_from_dict
 
 
 def read_file(path: Path) -> dict[str, Any]:

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.pipeline_chain import PipelineError, check_steps, step_problems
-from dragonfarm_core.pipeline_steps import (
+from dragonfarm_core.pipelines.chain import PipelineError, check_steps, step_problems
+from dragonfarm_core.pipelines.steps import (
     PreferStep,
     TrainStep,
     step_from_dict,

@@ -12,7 +12,7 @@ import signal
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core import pipeline_record
+from dragonfarm_core.pipelines import record as pipeline_record
 from dragonfarm_core.rundir import files, jobs
 from tests.pipelines.judges import as_function, first_sample_best
 

@@ -16,8 +16,8 @@ import gradio as gr
 import pandas as pd
 
 import dragonfarm_core as dragon
-from dragonfarm_core import pipeline_record
-from dragonfarm_core.pipeline_steps import EvaluateStep, JudgeStep, PreferStep, TrainStep
+from dragonfarm_core.pipelines import record as pipeline_record
+from dragonfarm_core.pipelines.steps import EvaluateStep, JudgeStep, PreferStep, TrainStep
 from dragonfarm_core.settings import TrainArgs
 from ui import pipeline_builder, pipeline_form, pipeline_view
 from ui.settings_form import shown_fields

@@ -30,7 +30,7 @@ import pandas as pd
 
 import dragonfarm_core as dragon
 from dragonfarm_core.codegen import comment_lines
-from dragonfarm_core.pipelines import list_pipelines
+from dragonfarm_core.pipelines.pipeline import list_pipelines
 from dragonfarm_core.rundir import files, refs
 from ui import charts, pipeline_builder, pipeline_view, present, watch
 from ui.context import AppContext
@@ -42,7 +42,7 @@ LOG_LINES = 40
 ACTIVE = ("queued", "running")
 RESUMABLE = ("failed", "cancelled")
 ERRORS = (FileNotFoundError, RuntimeError, ValueError, TypeError, OSError)
-RECORD_SUFFIX = ".json"  # pipelines/<id>.json (dragonfarm_core.pipeline_record)
+RECORD_SUFFIX = ".json"  # pipelines/<id>.json (dragonfarm_core.pipelines.record)
 NO_PIPELINE = "No pipeline yet: build one above and press Start."
 CODE_HINT = "# Start or pick a pipeline; the Python that reproduces it appears here."
 

@@ -1,7 +1,7 @@
 """Runs a pipeline's steps in order, writing its record after every change of state.
 
 In the foreground `pipelines.pipeline()` calls `run_steps` itself; in the background the job
-runner starts `python -m dragonfarm_core.pipeline_job RECORD`, which runs the same
+runner starts `python -m dragonfarm_core.pipelines.job RECORD`, which runs the same
 `run_steps` inside `jobs.run_job`.
 
 Each step calls the public function of its stage (train, prefer, reinforce, synthesize_pairs,
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import pipeline_record as record_io
-from dragonfarm_core.pipeline_steps import Step, step_from_dict
+from dragonfarm_core.pipelines import record as record_io
+from dragonfarm_core.pipelines.steps import Step, step_from_dict
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import Run, open_run
 from dragonfarm_core.synthesis_files import open_synthesized
@@ -66,7 +66,7 @@ def steps_of(record: dict[str, Any], keys: dict[str, str] | None = None,
              start: int = 0) -> list[Step]:  # fmt: skip
     """The steps from `start` on, again from the record's specs (each judge with its key from
     `keys`); the steps before are not needed: the chain is read from their results."""
-    from dragonfarm_core.pipeline_chain import label
+    from dragonfarm_core.pipelines.chain import label
 
     out = []
     for i, entry in enumerate(record["steps"]):
@@ -105,7 +105,7 @@ def run_steps(ctx: Context, steps: list[Step], start: int = 0) -> dict[str, Any]
     """Run the record's steps from `start` on (`steps`: those steps), recording after each
     change; the final record. A step that fails ends the pipeline failed (its error in the
     record, and raised); a cancel request ends it cancelled."""
-    from dragonfarm_core.pipeline_work import WORK
+    from dragonfarm_core.pipelines.work import WORK
 
     record = record_io.read(ctx.path)
     _restore(ctx, record, start)

@@ -21,7 +21,7 @@ from dragonfarm_core.judging import as_judge, describe_judge
 from dragonfarm_core.llm.descriptions import llm_from_description
 from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs, check_rewards
 from dragonfarm_core.methods import METHODS
-from dragonfarm_core.pipeline_steps import (
+from dragonfarm_core.pipelines.steps import (
     EvaluateStep,
     JudgeStep,
     PreferStep,

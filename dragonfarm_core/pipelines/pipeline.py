@@ -27,13 +27,13 @@ from typing import Any
 
 import psutil
 
-from dragonfarm_core import pipeline_record as record_io
+from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.judging import as_judge
 from dragonfarm_core.llm import LLM
 from dragonfarm_core.llm.descriptions import api_key_of
-from dragonfarm_core.pipeline_chain import check_steps
-from dragonfarm_core.pipeline_runner import Context, first_unfinished, key_name, run_steps, steps_of
-from dragonfarm_core.pipeline_steps import Step
+from dragonfarm_core.pipelines.chain import check_steps
+from dragonfarm_core.pipelines.runner import Context, first_unfinished, key_name, run_steps, steps_of
+from dragonfarm_core.pipelines.steps import Step
 from dragonfarm_core.rundir import files, location
 from dragonfarm_core.rundir.run import Run, open_run
 
@@ -170,7 +170,7 @@ def _launch(p: Pipeline, steps: list[Step], background: bool, start: int) -> Pip
     record = record_io.update(p.path, background=background, status="queued",
                               finished_at=None, error=None, log_tail=None)  # fmt: skip
     if background:
-        from dragonfarm_core.pipeline_job import command
+        from dragonfarm_core.pipelines.job import command
 
         pid = record_io.job(p.path).start(
             command(p.path), stdin=_keys(steps, start), kind="pipeline"

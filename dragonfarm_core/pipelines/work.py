@@ -13,11 +13,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from dragonfarm_core import pipeline_record as record_io
+from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.judge_inputs import data_rows
 from dragonfarm_core.judge_inputs import prompts as run_prompts
-from dragonfarm_core.pipeline_runner import Context, watch_run
-from dragonfarm_core.pipeline_steps import (
+from dragonfarm_core.pipelines.runner import Context, watch_run
+from dragonfarm_core.pipelines.steps import (
     EvaluateStep,
     JudgeStep,
     MergeStep,

@@ -1,4 +1,4 @@
-"""The background pipeline's process: `python -m dragonfarm_core.pipeline_job RECORD`.
+"""The background pipeline's process: `python -m dragonfarm_core.pipelines.job RECORD`.
 
 `pipelines.pipeline(..., background=True)` starts it through the job runner (`rundir.jobs`,
 folder pipelines/<id>/) with its judges' keys on stdin, as `llm_jobs` hands them over: kept
@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import pipeline_record as record_io
+from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.llm.job_child import Scrubbed, read_keys
-from dragonfarm_core.pipeline_runner import Context, first_unfinished, run_steps, steps_of
+from dragonfarm_core.pipelines.runner import Context, first_unfinished, run_steps, steps_of
 from dragonfarm_core.rundir import jobs, location
 
 
@@ -29,11 +29,11 @@ def _ignore_interrupt(signum: int, frame: Any) -> None:
 
 def command(path: Path) -> list[str]:
     """The job's argv for the record at `path`."""
-    return [sys.executable, "-m", "dragonfarm_core.pipeline_job", str(path)]
+    return [sys.executable, "-m", "dragonfarm_core.pipelines.job", str(path)]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dragonfarm_core.pipeline_job",
+    parser = argparse.ArgumentParser(prog="python -m dragonfarm_core.pipelines.job",
                                      description="Run a pipeline from its record.")  # fmt: skip
     parser.add_argument("record", type=Path)
     path = parser.parse_args(argv).record.resolve()

@@ -1,0 +1,1 @@
+"""Pipelines: the post-training loop as one declared, resumable background job."""
