@@ -15,7 +15,7 @@ import os
 from typing import TYPE_CHECKING
 
 from dragonfarm_core.bundle import bundle, pack_run
-from dragonfarm_core.codegen import code
+from dragonfarm_core.codegen.run import code
 from dragonfarm_core.compare import compare
 from dragonfarm_core.conversation import Chat, chat, chat_load
 from dragonfarm_core.data import (

@@ -38,8 +38,8 @@ APP_FACING: dict[str, str] = {
     "dragonfarm_core.data.codegen": (
         "code panels: literal, dataset_code, runs_dir_argument, portable (what dragon.code uses)"
     ),
-    "dragonfarm_core.codegen": "code panels: the script dragon.code(run) writes, for the Train tab",
-    "dragonfarm_core.bundle_code": "code panels: the bundle/remote/import_results scripts of "
+    "dragonfarm_core.codegen.run": "code panels: the script dragon.code(run) writes, for the Train tab",
+    "dragonfarm_core.codegen.bundle": "code panels: the bundle/remote/import_results scripts of "
     "Run elsewhere and Import",
     "dragonfarm_core.export_summary": "the Export tab: the files a run's exports wrote, with "
     "their sizes and every check's verdict",

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.codegen import code
+from dragonfarm_core.codegen.run import code
 from dragonfarm_core.rundir import files, location
 from dragonfarm_core.rundir.create import create_run
 
@@ -125,7 +125,7 @@ def test_preference_runs_call_prefer_with_their_method(runs_root, model_dir):
 def test_comments_and_settings_from_stored_values_stay_quoted(cut):
     import ast
 
-    from dragonfarm_core import codegen
+    from dragonfarm_core.codegen import run as codegen
 
     payload = f"x{cut}import os"
     comment = f"# {codegen.comment_value(payload)}\n" + codegen.comment_lines(payload)

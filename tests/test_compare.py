@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.codegen import compare_code
+from dragonfarm_core.codegen.run import compare_code
 from dragonfarm_core.compare import COLUMNS, better
 from dragonfarm_core.rundir import create, files, location, refs
 

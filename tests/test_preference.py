@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.codegen import code
+from dragonfarm_core.codegen.run import code
 from dragonfarm_core.evaluation import evaluate
 from dragonfarm_core.preference import prefer
 from dragonfarm_core.rundir import files

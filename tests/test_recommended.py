@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.codegen import spec_code
+from dragonfarm_core.codegen.run import spec_code
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Lora, TrainArgs

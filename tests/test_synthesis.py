@@ -11,7 +11,7 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core import synthesis, synthesis_asking, synthesis_files, synthesis_jobs
-from dragonfarm_core.codegen import code
+from dragonfarm_core.codegen.run import code
 from dragonfarm_core.data.neardup import repeats
 from dragonfarm_core.llm import Reply
 from dragonfarm_core.rundir import files, launch
@@ -480,7 +480,7 @@ def sent_key(request: dict) -> str:
 
 
 def test_llm_call_rebuilds_the_model_a_description_names():
-    from dragonfarm_core.codegen import llm_call
+    from dragonfarm_core.codegen.run import llm_call
 
     made = [
         dragon.llm_anthropic(system="Warm.", max_tokens=300, temperature=0.2, base_url="http://a"),

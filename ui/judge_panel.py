@@ -27,7 +27,7 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core import codegen
+from dragonfarm_core.codegen import run as codegen
 from dragonfarm_core.rundir import files, refs
 from ui import charts, judge_view, present, watch
 from ui.context import AppContext

@@ -19,7 +19,7 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core.codegen import llm_call
+from dragonfarm_core.codegen.run import llm_call
 from dragonfarm_core.data.codegen import literal
 from ui.judge_panel import model_ref
 

@@ -22,7 +22,7 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core.bundle_code import bundle_arguments, bundle_code, import_code
+from dragonfarm_core.codegen.bundle import bundle_arguments, bundle_code, import_code
 from dragonfarm_core.rundir import refs
 from ui import present
 from ui.context import AppContext

@@ -15,7 +15,7 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core.codegen import synthesis_code
+from dragonfarm_core.codegen.run import synthesis_code
 from dragonfarm_core.data.codegen import dataset_code, literal
 from dragonfarm_core.rundir import refs
 from ui import present

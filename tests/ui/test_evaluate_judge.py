@@ -22,7 +22,7 @@ import gradio as gr
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core import codegen
+from dragonfarm_core.codegen import run as codegen
 from dragonfarm_core.rundir import files
 from ui import judge_panel, judge_view
 

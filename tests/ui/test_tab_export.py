@@ -215,7 +215,7 @@ def test_publish_without_a_repo_is_refused_and_the_token_still_cleared(runs_dir:
 
 
 def test_every_step_has_its_code():
-    from dragonfarm_core.codegen import export_code
+    from dragonfarm_core.codegen.run import export_code
 
     assert 'dragon.export_gguf(run, quant="f16")' in export_code("/r", "gguf", quant="f16")
     assert 'dragon.serve_ollama(run, name="s", url="http://h:1")' in export_code(

@@ -19,7 +19,7 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core.codegen import compare_code
+from dragonfarm_core.codegen.run import compare_code
 from dragonfarm_core.rundir import files, refs
 from ui import compare_view, present, table_widths, watch
 from ui.context import AppContext

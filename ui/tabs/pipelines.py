@@ -29,7 +29,7 @@ import gradio as gr
 import pandas as pd
 
 import dragonfarm_core as dragon
-from dragonfarm_core.codegen import comment_lines
+from dragonfarm_core.codegen.run import comment_lines
 from dragonfarm_core.pipelines.pipeline import list_pipelines
 from dragonfarm_core.rundir import files, refs
 from ui import charts, pipeline_builder, pipeline_view, present, watch

@@ -29,7 +29,7 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core import ResolvedModel
-from dragonfarm_core.codegen import dry_run_code, spec_code
+from dragonfarm_core.codegen.run import dry_run_code, spec_code
 from dragonfarm_core.method_args import DpoArgs, GrpoArgs, PreferenceArgs, ReinforceArgs
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.profiles import Profile, get_profile

@@ -205,7 +205,7 @@ def dry_run_code(dataset: Any, model: str, settings: GrpoArgs, max_prompts: int)
 def code(run: Run | str | os.PathLike[str]) -> str:
     """Python source that reproduces `run` (a Run, its directory, or its id), or a pipeline
     (a Pipeline, its id or its record: `pipeline_code`)."""
-    from dragonfarm_core import pipeline_code
+    from dragonfarm_core.codegen import pipeline as pipeline_code
     from dragonfarm_core.pipelines import record as pipeline_record  # pipeline_code imports this
 
     record = pipeline_record.resolve(run)

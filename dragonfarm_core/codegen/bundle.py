@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dragonfarm_core.codegen import call_arguments, head_lines, write_script
+from dragonfarm_core.codegen.run import call_arguments, head_lines, write_script
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs, ReinforceArgs
 from dragonfarm_core.spec import RunSpec
