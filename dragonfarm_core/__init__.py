@@ -45,8 +45,8 @@ from dragonfarm_core.inference import (
     set_backend,
     worker_stop,
 )
-from dragonfarm_core.judge_inputs import prompts
-from dragonfarm_core.judgement import Judgement, judge, read_judgement
+from dragonfarm_core.judging.inputs import prompts
+from dragonfarm_core.judging.judgement import Judgement, judge, read_judgement
 from dragonfarm_core.llm import (
     LLM,
     Reply,

@@ -35,7 +35,7 @@ import os
 from typing import Any
 
 from dragonfarm_core.data.dataset import Dataset
-from dragonfarm_core.judging import as_judge
+from dragonfarm_core.judging.judges import as_judge
 from dragonfarm_core.synthesis_asking import (
     Progress,
     PromptRow,

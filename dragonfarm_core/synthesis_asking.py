@@ -168,7 +168,7 @@ def judge_description(judge: Any) -> dict[str, Any] | None:
     """The judge described for the record (without keys); None without a judge."""
     if judge is None:
         return None
-    from dragonfarm_core.judging import as_judge, describe_judge
+    from dragonfarm_core.judging.judges import as_judge, describe_judge
 
     return describe_judge(as_judge(judge))
 
@@ -226,7 +226,7 @@ def score_rows(
     """The judge's 1-10 score of each (row, reply), None where it gave none (a refusal, an
     answer that would not parse after the re-ask). Scored by `judging.score_replies`, one call
     per system prompt (the judge sees what the reply was answering under)."""
-    from dragonfarm_core.judging import score_replies
+    from dragonfarm_core.judging.judges import score_replies
 
     scores: dict[int, float | None] = {}
     by_system: dict[str | None, list[int]] = {}

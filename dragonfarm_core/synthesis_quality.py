@@ -20,7 +20,7 @@ from typing import Any
 
 from dragonfarm_core.data.neardup import repeats
 from dragonfarm_core.inference.protocol import Sampling
-from dragonfarm_core.judging import reply_failure
+from dragonfarm_core.judging.judges import reply_failure
 from dragonfarm_core.llm.base import Reply
 from dragonfarm_core.synthesis_asking import PromptRow
 from dragonfarm_core.synthesis_files import TAG

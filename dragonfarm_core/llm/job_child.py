@@ -60,7 +60,7 @@ class Context:
 
 
 def _judge_job(spec: dict[str, Any], context: Context) -> None:
-    from dragonfarm_core.judgement import judge
+    from dragonfarm_core.judging.judgement import judge
 
     args = dict(spec.get("args") or {})
     result = judge(

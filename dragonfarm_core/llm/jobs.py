@@ -165,7 +165,7 @@ def start_judge(
 ) -> LLMJob:
     """`judge(run, ...)` as a job on the run, queued for its device (the replies are generated
     there); returns at once. `judge` is an LLM (its key goes to the job on stdin)."""
-    from dragonfarm_core.judgement import check_judgeable
+    from dragonfarm_core.judging.judgement import check_judgeable
 
     opened = open_run(run)
     check_judgeable(opened)
@@ -189,7 +189,7 @@ def start_judge(
 
 
 def _judge_result(job: LLMJob) -> Any:
-    from dragonfarm_core.judgement import read_judgement
+    from dragonfarm_core.judging.judgement import read_judgement
 
     return read_judgement(job.run) if job.run is not None else None
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from dragonfarm_core.data.dataset import Dataset
 from dragonfarm_core.evaluation import named_metrics
-from dragonfarm_core.judging import as_judge, describe_judge
+from dragonfarm_core.judging.judges import as_judge, describe_judge
 from dragonfarm_core.llm.descriptions import llm_from_description
 from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs, check_rewards
 from dragonfarm_core.methods import METHODS

@@ -28,7 +28,7 @@ from typing import Any
 import psutil
 
 from dragonfarm_core.pipelines import record as record_io
-from dragonfarm_core.judging import as_judge
+from dragonfarm_core.judging.judges import as_judge
 from dragonfarm_core.llm import LLM
 from dragonfarm_core.llm.descriptions import api_key_of
 from dragonfarm_core.pipelines.chain import check_steps

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dragonfarm_core.pipelines import record as record_io
-from dragonfarm_core.judge_inputs import data_rows
-from dragonfarm_core.judge_inputs import prompts as run_prompts
+from dragonfarm_core.judging.inputs import data_rows
+from dragonfarm_core.judging.inputs import prompts as run_prompts
 from dragonfarm_core.pipelines.runner import Context, watch_run
 from dragonfarm_core.pipelines.steps import (
     EvaluateStep,
@@ -91,7 +91,7 @@ def _training(ctx: Context, index: int, step: Step) -> dict[str, Any]:
 
 
 def _synthesize_pairs(ctx: Context, index: int, step: Step) -> dict[str, Any]:
-    from dragonfarm_core.judging import as_judge
+    from dragonfarm_core.judging.judges import as_judge
     from dragonfarm_core.synthesis_pairs import synthesize_pairs
 
     assert isinstance(step, SynthesizePairsStep)
@@ -114,7 +114,7 @@ def _synthesize_pairs(ctx: Context, index: int, step: Step) -> dict[str, Any]:
 
 
 def _judge(ctx: Context, index: int, step: Step) -> dict[str, Any]:
-    from dragonfarm_core.judgement import judge
+    from dragonfarm_core.judging.judgement import judge
 
     assert isinstance(step, JudgeStep) and ctx.run is not None
     result = judge(ctx.run, against=step.against, n=step.n, judge=step.judge,

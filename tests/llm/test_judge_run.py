@@ -15,7 +15,8 @@ from judge_runs import TwoFacedBackend, make_run, pair_row, reply_of, sft_row
 from llm_fakes import FakeAnthropic
 
 import dragonfarm_core as dragon
-from dragonfarm_core import judge_inputs, judgement
+from dragonfarm_core.judging import inputs as judge_inputs
+from dragonfarm_core.judging import judgement
 from dragonfarm_core.llm import Reply
 from dragonfarm_core.rundir import files, status_schema
 

@@ -1,4 +1,4 @@
-"""Scoring and pairwise verdicts (dragonfarm_core.judging): plain callables and the official
+"""Scoring and pairwise verdicts (dragonfarm_core.judging.judges): plain callables and the official
 clients against the local fake servers."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from llm_fakes import FakeAnthropic, FakeOpenAI
 
 import dragonfarm_core as dragon
-from dragonfarm_core.judge_questions import REASK
-from dragonfarm_core.judging import (
+from dragonfarm_core.judging.questions import REASK
+from dragonfarm_core.judging.judges import (
     Score,
     as_judge,
     compare_replies,

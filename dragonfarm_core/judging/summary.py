@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import judging
+from dragonfarm_core.judging import judges as judging
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95 % interval
 INTERVAL = "wilson"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.judge_questions import (
+from dragonfarm_core.judging.questions import (
     REASK,
     pair_prompt,
     read_pick,

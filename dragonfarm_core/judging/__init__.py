@@ -1,0 +1,1 @@
+"""Judging replies with a language model: judges, what they are asked, `judge()`."""
