@@ -99,14 +99,14 @@ from dragonfarm_core.rundir.store import (
 )
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from dragonfarm_core.spec import RunSpec
-from dragonfarm_core.synthesis import (
+from dragonfarm_core.synthesis.synthesize import (
     SynthesisError,
     SynthesizedDataset,
     synthesize,
     synthesize_pairs,
 )
-from dragonfarm_core.synthesis_files import open_synthesized
-from dragonfarm_core.synthesis_jobs import start_synthesis
+from dragonfarm_core.synthesis.files import open_synthesized
+from dragonfarm_core.synthesis.jobs import start_synthesis
 from dragonfarm_core.task_metrics import metric_regex, metrics
 from dragonfarm_core.training import cancel, logs, progress, resume, start, status, train, wait
 from dragonfarm_core.triage import Fix, Triage, retry, triage

@@ -274,7 +274,7 @@ def synthesis_code(
     differ from the function's defaults; `comments` go above the call (where a key comes from)."""
     import inspect
 
-    from dragonfarm_core import synthesis
+    from dragonfarm_core.synthesis import synthesize as synthesis
 
     target = {"synthesize": "synth", "synthesize_pairs": "pairs"}[function]
     defaults = inspect.signature(getattr(synthesis, function)).parameters

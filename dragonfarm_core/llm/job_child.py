@@ -73,7 +73,7 @@ def _judge_job(spec: dict[str, Any], context: Context) -> None:
 
 
 def _synthesis_job(spec: dict[str, Any], context: Context) -> None:
-    from dragonfarm_core.synthesis_jobs import job_work
+    from dragonfarm_core.synthesis.jobs import job_work
 
     job_work(spec, context)
 

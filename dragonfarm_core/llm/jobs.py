@@ -195,7 +195,7 @@ def _judge_result(job: LLMJob) -> Any:
 
 
 def _synthesis_result(job: LLMJob) -> Any:
-    from dragonfarm_core.synthesis_jobs import job_result
+    from dragonfarm_core.synthesis.jobs import job_result
 
     return job_result(job)
 

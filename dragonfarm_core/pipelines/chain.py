@@ -32,7 +32,7 @@ from dragonfarm_core.pipelines.steps import (
     TrainStep,
 )
 from dragonfarm_core.spec import check_dataset
-from dragonfarm_core.synthesis_quality import check_settings
+from dragonfarm_core.synthesis.quality import check_settings
 
 # Steps that act on the latest run, so they need a training step before them.
 ON_LATEST_RUN = ("judge", "evaluate", "merge", "publish")

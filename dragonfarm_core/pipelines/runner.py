@@ -25,7 +25,7 @@ from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.pipelines.steps import Step, step_from_dict
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import Run, open_run
-from dragonfarm_core.synthesis_files import open_synthesized
+from dragonfarm_core.synthesis.files import open_synthesized
 
 POLL_S = 0.2
 CANCEL_TIMEOUT_S = 120.0

@@ -92,7 +92,7 @@ def _training(ctx: Context, index: int, step: Step) -> dict[str, Any]:
 
 def _synthesize_pairs(ctx: Context, index: int, step: Step) -> dict[str, Any]:
     from dragonfarm_core.judging.judges import as_judge
-    from dragonfarm_core.synthesis_pairs import synthesize_pairs
+    from dragonfarm_core.synthesis.pairs import synthesize_pairs
 
     assert isinstance(step, SynthesizePairsStep)
     prompts = step.prompts

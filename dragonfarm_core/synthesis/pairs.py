@@ -18,7 +18,7 @@ from typing import Any
 from dragonfarm_core.data.dataset import Dataset
 from dragonfarm_core.judging.judges import as_judge
 from dragonfarm_core.llm.base import Reply
-from dragonfarm_core.synthesis_asking import (
+from dragonfarm_core.synthesis.asking import (
     Progress,
     PromptRow,
     as_llm,
@@ -29,8 +29,8 @@ from dragonfarm_core.synthesis_asking import (
     score_rows,
     usage_of,
 )
-from dragonfarm_core.synthesis_files import SynthesizedDataset, output_path, record_of, write_result
-from dragonfarm_core.synthesis_quality import check_settings, fresh_prompts, reply_reason
+from dragonfarm_core.synthesis.files import SynthesizedDataset, output_path, record_of, write_result
+from dragonfarm_core.synthesis.quality import check_settings, fresh_prompts, reply_reason
 
 # Why a prompt gave no pair, in the order the checks run; the record counts every one.
 PAIR_REASONS = {

@@ -36,7 +36,7 @@ from typing import Any
 
 from dragonfarm_core.data.dataset import Dataset
 from dragonfarm_core.judging.judges import as_judge
-from dragonfarm_core.synthesis_asking import (
+from dragonfarm_core.synthesis.asking import (
     Progress,
     PromptRow,
     as_llm,
@@ -47,15 +47,15 @@ from dragonfarm_core.synthesis_asking import (
     score_rows,
     usage_of,
 )
-from dragonfarm_core.synthesis_files import (
+from dragonfarm_core.synthesis.files import (
     SynthesisError,
     SynthesizedDataset,
     output_path,
     record_of,
     write_result,
 )
-from dragonfarm_core.synthesis_pairs import synthesize_pairs
-from dragonfarm_core.synthesis_quality import check_settings, fresh_prompts, quality_pass
+from dragonfarm_core.synthesis.pairs import synthesize_pairs
+from dragonfarm_core.synthesis.quality import check_settings, fresh_prompts, quality_pass
 
 # The public synthesis functions and what they return (`codegen` reads both signatures here).
 __all__ = ["SynthesisError", "SynthesizedDataset", "synthesize", "synthesize_pairs"]

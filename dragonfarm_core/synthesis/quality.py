@@ -22,8 +22,8 @@ from dragonfarm_core.data.neardup import repeats
 from dragonfarm_core.inference.protocol import Sampling
 from dragonfarm_core.judging.judges import reply_failure
 from dragonfarm_core.llm.base import Reply
-from dragonfarm_core.synthesis_asking import PromptRow
-from dragonfarm_core.synthesis_files import TAG
+from dragonfarm_core.synthesis.asking import PromptRow
+from dragonfarm_core.synthesis.files import TAG
 
 # A character that only shows up in broken text: the replacement character (bytes that were
 # not valid in their encoding) or a control character other than tab and newlines.

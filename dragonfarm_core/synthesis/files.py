@@ -21,7 +21,7 @@ from typing import Any
 
 from dragonfarm_core.data.dataset import Dataset, dataset
 from dragonfarm_core.rundir import files, location
-from dragonfarm_core.synthesis_asking import PromptRow
+from dragonfarm_core.synthesis.asking import PromptRow
 
 RECORD_SUFFIX = ".synthesis.json"
 EXAMPLES_PER_REASON = 3  # dropped rows kept in the record per reason, to show what went
