@@ -52,7 +52,7 @@ THREADS = 2
 
 from chat_latency import prompts, summary, timed_chat, token_counter  # noqa: E402
 
-from dragonfarm_core import gguf  # noqa: E402
+from dragonfarm_core.export import gguf  # noqa: E402
 from dragonfarm_core.inference import (  # noqa: E402
     Sampling,
     backend_llamacpp,

@@ -30,11 +30,11 @@ from dragonfarm_core.data import (
 )
 from dragonfarm_core.environment import check
 from dragonfarm_core.evaluation import EvaluationJob, evaluate, start_evaluation
-from dragonfarm_core.export import MergeJob, merge, start_merge
-from dragonfarm_core.export_jobs import ExportJob
+from dragonfarm_core.export.merge import MergeJob, merge, start_merge
+from dragonfarm_core.export.jobs import ExportJob
 from dragonfarm_core.feedback_store import feedback
 from dragonfarm_core.generation import generate
-from dragonfarm_core.gguf import GGUFJob, check_export, export_gguf, start_export_gguf
+from dragonfarm_core.export.gguf import GGUFJob, check_export, export_gguf, start_export_gguf
 from dragonfarm_core.inference import (
     Backend,
     backend,
@@ -81,7 +81,7 @@ from dragonfarm_core.pipelines.pipeline import (
     resume_pipeline,
 )
 from dragonfarm_core.preference import prefer
-from dragonfarm_core.publishing import publish, start_publish
+from dragonfarm_core.export.publishing import publish, start_publish
 from dragonfarm_core.recommended import Recommendation, recommended
 from dragonfarm_core.reinforcement import reinforce, test_rewards
 from dragonfarm_core.remote import python_requirements, remote, remote_providers

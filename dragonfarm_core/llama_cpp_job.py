@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dragonfarm_core import llama_cpp
-from dragonfarm_core.job_handle import JobHandle, ended_without, wait_status
+from dragonfarm_core.export.job_handle import JobHandle, ended_without, wait_status
 from dragonfarm_core.llama_cpp_build import LlamaCppBuildError, build_llama_cpp
 from dragonfarm_core.rundir import files, jobs
 

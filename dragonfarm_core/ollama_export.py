@@ -40,7 +40,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import chat_template, export, export_jobs, gotemplate
+from dragonfarm_core import chat_template, gotemplate
+from dragonfarm_core.export import merge as export
+from dragonfarm_core.export import jobs as export_jobs
 from dragonfarm_core.inference.ollama import DEFAULT_URL, OllamaBackend, backend_ollama
 from dragonfarm_core.ollama_check import (
     FIXED_CONVERSATIONS,
@@ -95,7 +97,7 @@ def _gguf_for(merged: Path, quantize: str | None, log: Callable[[str], None]) ->
     """The merged folder's GGUF of that type (<run>/merged-<quant>.gguf), exported and
     round-trip checked by llama.cpp (`gguf.export_gguf`) unless it is there already (a GGUF
     takes its name only once its check has passed)."""
-    from dragonfarm_core import gguf as gguf_export
+    from dragonfarm_core.export import gguf as gguf_export
 
     quant = gguf_export.normalize_quant(quantize or "q8_0")
     existing = gguf_export.default_out_file(merged, quant)

@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from dragonfarm_core.gguf_files import GGUFError
+    from dragonfarm_core.export.gguf_files import GGUFError
     from dragonfarm_core.llama_cpp import LlamaCppMissing
     from dragonfarm_core.llama_server import LlamaServerError
 

@@ -41,7 +41,7 @@ APP_FACING: dict[str, str] = {
     "dragonfarm_core.codegen.run": "code panels: the script dragon.code(run) writes, for the Train tab",
     "dragonfarm_core.codegen.bundle": "code panels: the bundle/remote/import_results scripts of "
     "Run elsewhere and Import",
-    "dragonfarm_core.export_summary": "the Export tab: the files a run's exports wrote, with "
+    "dragonfarm_core.export.summary": "the Export tab: the files a run's exports wrote, with "
     "their sizes and every check's verdict",
     "dragonfarm_core.http_guard": "the server: host and origin checks (launch, --allowed-hosts)",
     "dragonfarm_core.upload_caps": "the server: the upload size caps",

@@ -14,9 +14,10 @@ import pytest
 from hub_fakes import FakeHub
 
 import dragonfarm_core as dragon
-from dragonfarm_core import export, publishing_hub
-from dragonfarm_core import publishing as pub
-from dragonfarm_core.publishing import PublishError
+from dragonfarm_core.export import merge as export
+from dragonfarm_core.export import hub as publishing_hub
+from dragonfarm_core.export import publishing as pub
+from dragonfarm_core.export.publishing import PublishError
 from dragonfarm_core.rundir import files
 
 ROOT = Path(__file__).resolve().parents[1]

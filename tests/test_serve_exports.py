@@ -10,7 +10,8 @@ from pathlib import Path
 from openai import OpenAI
 from test_serve import Scripted, serve_in_thread
 
-from dragonfarm_core import export, serve
+from dragonfarm_core import serve
+from dragonfarm_core.export import merge as export
 from dragonfarm_core.rundir import files
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from dragonfarm_core.export_summary import ExportSummary
+from dragonfarm_core.export.summary import ExportSummary
 from ui import present
 
 

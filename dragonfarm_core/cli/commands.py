@@ -163,7 +163,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from dragonfarm_core.export import MergeError, merge_check
+    from dragonfarm_core.export.merge import MergeError, merge_check
 
     try:
         path = dragon.merge(open_run(args.run, args.runs_dir), out_dir=args.out)
@@ -176,7 +176,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _export_gguf(args: argparse.Namespace) -> int:
-    from dragonfarm_core.gguf import GGUFError, LlamaCppMissing, describe_check, read_check
+    from dragonfarm_core.export.gguf import GGUFError, LlamaCppMissing, describe_check, read_check
 
     path = Path(args.target).expanduser()
     source = path if path.is_dir() and not files.is_run_dir(path) else None
@@ -194,7 +194,7 @@ def _export_gguf(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
-    from dragonfarm_core.publishing import PublishError
+    from dragonfarm_core.export.publishing import PublishError
 
     try:
         url = dragon.publish(open_run(args.run, args.runs_dir), args.repo, what=args.what,

@@ -154,7 +154,7 @@ class LlamaCppBackend:
     def gguf(self) -> Path:
         """The GGUF served: the file passed, or the run's export (made and checked once)."""
         if self._gguf is None:
-            from dragonfarm_core import gguf
+            from dragonfarm_core.export import gguf
 
             path = Path(str(self.source)).expanduser()
             if path.suffix.lower() == ".gguf":

@@ -154,14 +154,14 @@ def _evaluate(ctx: Context, index: int, step: Step) -> dict[str, Any]:
 
 
 def _merge(ctx: Context, index: int, step: Step) -> dict[str, Any]:
-    from dragonfarm_core.export import merge
+    from dragonfarm_core.export.merge import merge
 
     assert isinstance(step, MergeStep) and ctx.run is not None
     return {"run": ctx.run.id, "path": str(merge(ctx.run, out_dir=step.out))}
 
 
 def _publish(ctx: Context, index: int, step: Step) -> dict[str, Any]:
-    from dragonfarm_core.publishing import publish
+    from dragonfarm_core.export.publishing import publish
 
     assert isinstance(step, PublishStep) and ctx.run is not None and step.repo
     url = publish(ctx.run, step.repo, what=step.what, private=step.private,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import gguf_files
+from dragonfarm_core.export import gguf_files
 from dragonfarm_core.llama_cpp import LlamaCpp
 from dragonfarm_core.llama_server import LlamaServer
 from dragonfarm_core.rundir import files

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import gguf_files
+from dragonfarm_core.export import gguf_files
 from dragonfarm_core.llama_cpp import QUANTIZE, LlamaCpp
 from dragonfarm_core.rundir import files
 

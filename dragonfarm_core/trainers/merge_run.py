@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import export
+from dragonfarm_core.export import merge as export
 from dragonfarm_core.rundir import files, jobs
 from dragonfarm_core.trainers.config import TrainConfig, load_config
 

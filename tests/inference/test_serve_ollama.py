@@ -19,7 +19,7 @@ import pytest
 from inference_fakes import REPLY, FakeOllama, free_port
 
 import dragonfarm_core as dragon
-from dragonfarm_core import export
+from dragonfarm_core.export import merge as export
 from dragonfarm_core import ollama_export as oe
 from dragonfarm_core import ollama_template as ot
 from dragonfarm_core.inference import Sampling
@@ -177,7 +177,7 @@ def test_the_job_registers_the_model_and_returns_the_result(run_dir, gguf):
 
 
 def test_the_gguf_exported_earlier_is_registered_without_exporting_again(run_dir, monkeypatch):
-    from dragonfarm_core import gguf as gguf_export
+    from dragonfarm_core.export import gguf as gguf_export
 
     exported = gguf_export.default_out_file(
         run_dir / "merged", "q4_k_m"

@@ -16,7 +16,8 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from dragonfarm_core import export, llama_cpp
+from dragonfarm_core import llama_cpp
+from dragonfarm_core.export import merge as export
 from dragonfarm_core.rundir import files
 from ui import llama_cpp_panel
 from ui.tabs import export as tab
@@ -38,7 +39,7 @@ CANARY = "hf_pageCanary0Zq9NeverStoreMe"
 FAKE_MERGE = """
 import sys, time
 from pathlib import Path
-from dragonfarm_core import export
+from dragonfarm_core.export import merge as export
 from dragonfarm_core.rundir import files, jobs
 job_dir, out, steps = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 def work():

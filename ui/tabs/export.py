@@ -26,7 +26,7 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.codegen.run import export_code
-from dragonfarm_core.export_summary import ExportSummary, summary
+from dragonfarm_core.export.summary import ExportSummary, summary
 from dragonfarm_core.rundir import files, refs
 from ui import llama_cpp_panel, present, watch
 from ui.context import AppContext

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import export, job_handle
-from dragonfarm_core.gguf_files import (
+from dragonfarm_core.export import merge as export
+from dragonfarm_core.export import job_handle
+from dragonfarm_core.export.gguf_files import (
     CHECK_SUFFIX,
     DIRECT_QUANTS,
     GGUFError,
@@ -40,7 +41,7 @@ from dragonfarm_core.gguf_files import (
     normalize_quant,
     read_check,
 )
-from dragonfarm_core.job_handle import JobHandle, ended_without, wait_or_stop, wait_status
+from dragonfarm_core.export.job_handle import JobHandle, ended_without, wait_or_stop, wait_status
 from dragonfarm_core.llama_cpp import (
     QUANTIZE,
     SERVER,

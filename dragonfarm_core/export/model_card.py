@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import export
+from dragonfarm_core.export import merge as export
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.models import PRESETS, is_bundled
 from dragonfarm_core.rundir import files

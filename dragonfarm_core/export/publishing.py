@@ -24,7 +24,7 @@ organisations is refused with what to do, and so is a 401 or 403 from any later 
 
 Uploads use Xet (hf_xet) against the Hub itself and plain Git LFS against any other endpoint
 (`endpoint=` or HF_ENDPOINT: a mirror, an on-premise hub, the tests' local server), which need
-not offer Xet. No torch: the app and the job (`python -m dragonfarm_core.publishing`) run this.
+not offer Xet. No torch: the app and the job (`python -m dragonfarm_core.export.publishing`) run this.
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import export, export_jobs
-from dragonfarm_core.model_card import CARD, LOSS_IMAGE, loss_curve, model_card
-from dragonfarm_core.publishing_hub import (
+from dragonfarm_core.export import merge as export
+from dragonfarm_core.export import jobs as export_jobs
+from dragonfarm_core.export.model_card import CARD, LOSS_IMAGE, loss_curve, model_card
+from dragonfarm_core.export.hub import (
     PublishError,
     check_access,
     http_error,
@@ -203,14 +204,14 @@ def start_publish(
     arguments += ["--endpoint", endpoint] if endpoint else []
     arguments += [] if gguf else ["--no-gguf"]
     return export_jobs.start_step(
-        run, JOB_KIND, "dragonfarm_core.publishing", arguments, doing=f"Publishing run {run.id}",
+        run, JOB_KIND, "dragonfarm_core.export.publishing", arguments, doing=f"Publishing run {run.id}",
         error=PublishError, stdin=(secret + "\n").encode(),
     )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = export_jobs.step_parser(
-        "dragonfarm_core.publishing",
+        "dragonfarm_core.export.publishing",
         "Publish a run's model to the Hugging Face Hub; the token is read from stdin.",
     )
     parser.add_argument("--repo", required=True)

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import export, export_jobs
+from dragonfarm_core.export import merge as export
+from dragonfarm_core.export import jobs as export_jobs
 from dragonfarm_core.rundir import files, jobs
 from dragonfarm_core.rundir.run import Run, open_run
 
@@ -56,7 +57,7 @@ def last_result(run_dir: Path, kind: str) -> dict[str, Any] | None:
 def gguf_checks(ggufs: list[Path]) -> list[dict[str, Any]]:
     """The template round-trip check recorded beside each GGUF (`gguf.read_check`), less the
     cases (the prompts themselves)."""
-    from dragonfarm_core import gguf
+    from dragonfarm_core.export import gguf
 
     found = []
     for path in ggufs:
@@ -68,7 +69,8 @@ def gguf_checks(ggufs: list[Path]) -> list[dict[str, Any]]:
 
 def summary(run: Run | str | os.PathLike[str]) -> ExportSummary:
     """What the run's merge, GGUF export, Ollama registration and publish left behind."""
-    from dragonfarm_core import ollama_check, ollama_export, publishing
+    from dragonfarm_core import ollama_check, ollama_export
+    from dragonfarm_core.export import publishing
 
     run = open_run(run)
     merged = export.merged_model(run)
