@@ -69,7 +69,7 @@ from dragonfarm_core.models import (
     presets,
     resolve_model,
 )
-from dragonfarm_core.ollama_export import serve_ollama, start_serve_ollama
+from dragonfarm_core.export.ollama.export import serve_ollama, start_serve_ollama
 from dragonfarm_core.pipelines.chain import PipelineError
 from dragonfarm_core.pipelines.steps import steps
 from dragonfarm_core.pipelines.pipeline import (

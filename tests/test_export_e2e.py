@@ -17,7 +17,7 @@ import dragonfarm_core as dragon
 from dragonfarm_core import serve
 from dragonfarm_core.export import merge as export
 from dragonfarm_core.export import gguf
-from dragonfarm_core import ollama_template as ot
+from dragonfarm_core.export.ollama import template as ot
 from dragonfarm_core.inference import Sampling
 from dragonfarm_core.llama_cpp import LlamaCppMissing, find_llama_cpp
 

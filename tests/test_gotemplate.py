@@ -1,4 +1,4 @@
-"""The Go-template renderer (dragonfarm_core.gotemplate) against real Go.
+"""The Go-template renderer (dragonfarm_core.export.ollama.gotemplate) against real Go.
 
 tests/export_templates/ollama_go_golden.json holds what Go's text/template printed (Ollama's
 options: missingkey=zero) for the templates dragonfarm writes for Ollama and for small
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from dragonfarm_core import gotemplate
-from dragonfarm_core.gotemplate import GoTemplateError, render
+from dragonfarm_core.export.ollama import gotemplate
+from dragonfarm_core.export.ollama.gotemplate import GoTemplateError, render
 
 HERE = Path(__file__).resolve().parent / "export_templates"
 GOLDEN = json.loads((HERE / "ollama_go_golden.json").read_text(encoding="utf-8"))

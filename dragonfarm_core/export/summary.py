@@ -69,7 +69,8 @@ def gguf_checks(ggufs: list[Path]) -> list[dict[str, Any]]:
 
 def summary(run: Run | str | os.PathLike[str]) -> ExportSummary:
     """What the run's merge, GGUF export, Ollama registration and publish left behind."""
-    from dragonfarm_core import ollama_check, ollama_export
+    from dragonfarm_core.export.ollama import check as ollama_check
+    from dragonfarm_core.export.ollama import export as ollama_export
     from dragonfarm_core.export import publishing
 
     run = open_run(run)

@@ -20,8 +20,8 @@ from inference_fakes import REPLY, FakeOllama, free_port
 
 import dragonfarm_core as dragon
 from dragonfarm_core.export import merge as export
-from dragonfarm_core import ollama_export as oe
-from dragonfarm_core import ollama_template as ot
+from dragonfarm_core.export.ollama import export as oe
+from dragonfarm_core.export.ollama import template as ot
 from dragonfarm_core.inference import Sampling
 from dragonfarm_core.rundir import files
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dragonfarm_core.gotemplate_funcs import FUNCTIONS, LAZY, GoTemplateError, text_of, truth
-from dragonfarm_core.gotemplate_parse import (
+from dragonfarm_core.export.ollama.gotemplate_funcs import FUNCTIONS, LAZY, GoTemplateError, text_of, truth
+from dragonfarm_core.export.ollama.gotemplate_parse import (
     Action,
     Call,
     Field,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core import chat_template
-from dragonfarm_core.ollama_template import OllamaTemplate, jinja_prompt, ollama_prompt
+from dragonfarm_core.export.ollama.template import OllamaTemplate, jinja_prompt, ollama_prompt
 from dragonfarm_core.rundir import files
 
 # Held-out prompts the template check renders besides the fixed conversations.

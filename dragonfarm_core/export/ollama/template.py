@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dragonfarm_core import chat_template, gotemplate
+from dragonfarm_core import chat_template
+from dragonfarm_core.export.ollama import gotemplate
 
 EMBEDDED = "embedded"
 

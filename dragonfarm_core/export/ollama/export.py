@@ -28,7 +28,7 @@ Known limits: Go templates cannot trim, so a message with leading or trailing sp
 differently for templates that trim content (Gemma, Llama 3); Llama 3's "Today Date" is the
 export's date. A template of another family is refused with its name; `template="embedded"`
 lets Ollama use the GGUF's own chat template instead, and any Go template may be given.
-No torch: the app and a job (`python -m dragonfarm_core.ollama_export`) both run this.
+No torch: the app and a job (`python -m dragonfarm_core.export.ollama.export`) both run this.
 """
 
 from __future__ import annotations
@@ -40,26 +40,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import chat_template, gotemplate
+from dragonfarm_core import chat_template
+from dragonfarm_core.export.ollama import gotemplate
 from dragonfarm_core.export import merge as export
 from dragonfarm_core.export import jobs as export_jobs
 from dragonfarm_core.inference.ollama import DEFAULT_URL, OllamaBackend, backend_ollama
-from dragonfarm_core.ollama_check import (
+from dragonfarm_core.export.ollama.check import (
     FIXED_CONVERSATIONS,
     check_template,
     describe_difference,
     eval_conversations,
     load_tokenizer,
 )
-from dragonfarm_core.ollama_register import HTTP_TIMEOUT_S, explain, modelfile, parameters, register
-from dragonfarm_core.ollama_template import (
+from dragonfarm_core.export.ollama.register import HTTP_TIMEOUT_S, explain, modelfile, parameters, register
+from dragonfarm_core.export.ollama.template import (
     EMBEDDED,
     OllamaExportError,
     OllamaTemplate,
     TemplateMismatch,
     translate,
 )
-from dragonfarm_core.ollama_template import (
+from dragonfarm_core.export.ollama.template import (
     UnknownTemplateFamily as UnknownTemplateFamily,  # raised by serve_ollama: importable here
 )
 from dragonfarm_core.rundir import files
@@ -232,7 +233,7 @@ def start_serve_ollama(
     arguments += ["--template", template] if template else []
     arguments += ["--gguf", str(Path(gguf).expanduser().resolve())] if gguf else []
     return export_jobs.start_step(
-        run, JOB_KIND, "dragonfarm_core.ollama_export", arguments,
+        run, JOB_KIND, "dragonfarm_core.export.ollama.export", arguments,
         doing=f"Serving run {run.id} with Ollama", error=OllamaExportError,
     )  # fmt: skip
 
@@ -252,7 +253,7 @@ def result_of(run: Run, name: str, url: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = export_jobs.step_parser(
-        "dragonfarm_core.ollama_export", "Merge, export to GGUF and register a run with Ollama."
+        "dragonfarm_core.export.ollama.export", "Merge, export to GGUF and register a run with Ollama."
     )
     parser.add_argument("--name", default=None)
     parser.add_argument("--url", default=DEFAULT_URL)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.ollama_template import OllamaExportError, OllamaTemplate
+from dragonfarm_core.export.ollama.template import OllamaExportError, OllamaTemplate
 from dragonfarm_core.rundir import files
 
 # How long one HTTP read may take: the blob upload of a large GGUF, Ollama's create.

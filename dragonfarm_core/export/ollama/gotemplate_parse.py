@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from dragonfarm_core.gotemplate_funcs import FUNCTIONS, LAZY, GoTemplateError
+from dragonfarm_core.export.ollama.gotemplate_funcs import FUNCTIONS, LAZY, GoTemplateError
 
 # --- lexing: text and actions ------------------------------------------------------------------
 

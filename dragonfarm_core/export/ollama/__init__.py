@@ -1,0 +1,1 @@
+"""Ollama: the Go chat template, its check, the Modelfile and the registration."""
