@@ -60,7 +60,7 @@ from dragonfarm_core.inference import (  # noqa: E402
     worker_stop,  # noqa: E402
 )
 from dragonfarm_core.inference.target import resolve_target  # noqa: E402
-from dragonfarm_core.llama_server import LlamaServer  # noqa: E402
+from dragonfarm_core.llamacpp.server import LlamaServer  # noqa: E402
 from dragonfarm_core.models import bundled_model_path  # noqa: E402
 
 OUT = ROOT / "bench" / "out"

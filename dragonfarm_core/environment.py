@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import llama_cpp
+from dragonfarm_core.llamacpp import location as llama_cpp
 
 LIBRARIES = (
     "torch",

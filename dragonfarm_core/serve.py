@@ -250,8 +250,8 @@ async def _chat_completions(request: Request, served: Served) -> Any:
 def gguf_backend(path: str, name: str | None, ctx: int) -> tuple[Any, Serving, str]:
     """(the llama-server decoding the GGUF `path`, a backend for it, the model's name)."""
     from dragonfarm_core.inference.server import backend_server
-    from dragonfarm_core.llama_cpp import find_llama_cpp
-    from dragonfarm_core.llama_server import LlamaServer
+    from dragonfarm_core.llamacpp.location import find_llama_cpp
+    from dragonfarm_core.llamacpp.server import LlamaServer
 
     gguf = Path(path).expanduser().resolve()
     if not gguf.is_file():
@@ -300,8 +300,8 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from dragonfarm_core.export.gguf_files import GGUFError
-    from dragonfarm_core.llama_cpp import LlamaCppMissing
-    from dragonfarm_core.llama_server import LlamaServerError
+    from dragonfarm_core.llamacpp.location import LlamaCppMissing
+    from dragonfarm_core.llamacpp.server import LlamaServerError
 
     server, name = None, args.name or merged_run_name(args.model)
     backend: Serving | None = None

@@ -5,7 +5,7 @@
     python scripts/build_llama_cpp.py --portable       # no -march=native (a cache to carry)
 
 The same as `dragonfarm build-llama-cpp` (the build lives in the package,
-`dragonfarm_core.llama_cpp_build`, so a pip install has it too); kept for scripts/test.sh, CI
+`dragonfarm_core.llamacpp.build`, so a pip install has it too); kept for scripts/test.sh, CI
 and the Dockerfile, which run it from a checkout. The cache is ~/.cache/dragonfarm (see
 `llama_cpp.cache_dir()`). Exit status 0 when llama.cpp is ready, 1 (with the reason on stderr)
 when it could not be built.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dragonfarm_core import llama_cpp_build  # noqa: E402
+from dragonfarm_core.llamacpp import build as llama_cpp_build  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -78,9 +78,9 @@ APP_FACING: dict[str, str] = {
     "dragonfarm_core.visitors": "the Spaces profile: each browser's own runs folder and run caps",
     "dragonfarm_core.url_guard": "the Chat tab: a shared app reaches no private address unless "
     "the admin allows it",
-    "dragonfarm_core.llama_cpp": "the Export tab: whether llama.cpp is ready, and where",
-    "dragonfarm_core.llama_cpp_build": "the Export tab: the build's folder and its progress",
-    "dragonfarm_core.llama_cpp_job": "the Export tab: the Build llama.cpp button's job",
+    "dragonfarm_core.llamacpp.location": "the Export tab: whether llama.cpp is ready, and where",
+    "dragonfarm_core.llamacpp.build": "the Export tab: the build's folder and its progress",
+    "dragonfarm_core.llamacpp.job": "the Export tab: the Build llama.cpp button's job",
     "dragonfarm_core.evaluation": "the Evaluate tab: saved_evaluation, what training wrote, read "
     "without measuring",
 }

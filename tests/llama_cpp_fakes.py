@@ -8,7 +8,7 @@ import json
 import stat
 from pathlib import Path
 
-from dragonfarm_core import llama_cpp
+from dragonfarm_core.llamacpp import location as llama_cpp
 
 
 def fake_llama_cpp(root: Path, converter: str = "") -> Path:

@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core import llama_cpp
+from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.models import bundled_model_path
 from dragonfarm_core.rundir import files, launch
 

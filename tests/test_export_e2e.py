@@ -19,7 +19,7 @@ from dragonfarm_core.export import merge as export
 from dragonfarm_core.export import gguf
 from dragonfarm_core.export.ollama import template as ot
 from dragonfarm_core.inference import Sampling
-from dragonfarm_core.llama_cpp import LlamaCppMissing, find_llama_cpp
+from dragonfarm_core.llamacpp.location import LlamaCppMissing, find_llama_cpp
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"

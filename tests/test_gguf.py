@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core import environment, llama_cpp
+from dragonfarm_core import environment
+from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.export import merge as export
 from dragonfarm_core.export import gguf
 from dragonfarm_core.export import gguf_files

@@ -1,4 +1,4 @@
-"""The llama.cpp build (dragonfarm_core.llama_cpp_build) and its background job (llama_cpp_job):
+"""The llama.cpp build (dragonfarm_core.llamacpp.build) and its background job (llama_cpp_job):
 a complete cache is reused without running pip or cmake, a source that is not the pinned one is
 refused, a second build of the same folder is refused while one runs (in this process or
 another), scripts/build_llama_cpp.py is the same build, and the job runs the real build function
@@ -21,8 +21,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dragonfarm_core import llama_cpp, llama_cpp_build, llama_cpp_job
-from dragonfarm_core.llama_cpp_build import LlamaCppBuildError, build_llama_cpp
+from dragonfarm_core.llamacpp import location as llama_cpp
+from dragonfarm_core.llamacpp import build as llama_cpp_build
+from dragonfarm_core.llamacpp import job as llama_cpp_job
+from dragonfarm_core.llamacpp.build import LlamaCppBuildError, build_llama_cpp
 from dragonfarm_core.rundir import files, jobs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """The Export tab's llama.cpp line: whether GGUF export can run on this machine, and a Build
 button that builds llama.cpp when it cannot.
 
-GGUF export and its check run llama.cpp's converter and binaries (`dragonfarm_core.llama_cpp`).
+GGUF export and its check run llama.cpp's converter and binaries (`dragonfarm_core.llamacpp.location`).
 A pip install has none: Build is `llama_cpp_job.start_build`, the same build as `dragonfarm
 build-llama-cpp` as a background job (about 10 minutes on 2 cores, once per machine), and the
 handler returns at once. A `gr.Timer`, active only while the build runs, shows its progress
@@ -18,9 +18,9 @@ from typing import Any
 
 import gradio as gr
 
-from dragonfarm_core import llama_cpp
-from dragonfarm_core.llama_cpp_build import LlamaCppBuildError
-from dragonfarm_core.llama_cpp_job import BuildJob, active_build, start_build
+from dragonfarm_core.llamacpp import location as llama_cpp
+from dragonfarm_core.llamacpp.build import LlamaCppBuildError
+from dragonfarm_core.llamacpp.job import BuildJob, active_build, start_build
 from dragonfarm_core.rundir import files
 from ui import present, watch
 

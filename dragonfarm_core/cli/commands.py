@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import dragonfarm_core as dragon
-from dragonfarm_core import llama_cpp_build
+from dragonfarm_core.llamacpp import build as llama_cpp_build
 from dragonfarm_core.cli import pack as cli_pack
 from dragonfarm_core.cli import pipeline as cli_pipeline
 from dragonfarm_core.cli import talk as cli_talk

@@ -42,7 +42,7 @@ from dragonfarm_core.export.gguf_files import (
     read_check,
 )
 from dragonfarm_core.export.job_handle import JobHandle, ended_without, wait_or_stop, wait_status
-from dragonfarm_core.llama_cpp import (
+from dragonfarm_core.llamacpp.location import (
     QUANTIZE,
     SERVER,
     LlamaCpp,

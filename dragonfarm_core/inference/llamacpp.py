@@ -172,8 +172,8 @@ class LlamaCppBackend:
         return self._gguf
 
     def _running(self) -> Any:
-        from dragonfarm_core.llama_cpp import find_llama_cpp
-        from dragonfarm_core.llama_server import LlamaServer, LlamaServerError
+        from dragonfarm_core.llamacpp.location import find_llama_cpp
+        from dragonfarm_core.llamacpp.server import LlamaServer, LlamaServerError
 
         with self._lock:
             if self._server is not None and self._server.process.poll() is not None:

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.export import gguf_files
-from dragonfarm_core.llama_cpp import LlamaCpp
-from dragonfarm_core.llama_server import LlamaServer
+from dragonfarm_core.llamacpp.location import LlamaCpp
+from dragonfarm_core.llamacpp.server import LlamaServer
 from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers.gguf_convert import THREADS, file_type
 

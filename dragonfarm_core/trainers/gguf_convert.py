@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.export import gguf_files
-from dragonfarm_core.llama_cpp import QUANTIZE, LlamaCpp
+from dragonfarm_core.llamacpp.location import QUANTIZE, LlamaCpp
 from dragonfarm_core.rundir import files
 
 THREADS = 2

@@ -38,7 +38,7 @@ from typing import Any
 import psutil
 
 from dragonfarm_core.export import gguf_files
-from dragonfarm_core.llama_cpp import LlamaCpp, find_llama_cpp
+from dragonfarm_core.llamacpp.location import LlamaCpp, find_llama_cpp
 from dragonfarm_core.rundir import files, jobs
 from dragonfarm_core.trainers.gguf_check import check_gguf, stamp
 from dragonfarm_core.trainers.gguf_convert import STAGE_SUFFIX, convert

@@ -23,9 +23,10 @@ from openai import OpenAI
 from test_serve import serve_in_thread
 
 import dragonfarm_core as dragon
-from dragonfarm_core import http_guard, llama_cpp, serve
-from dragonfarm_core.llama_cpp import LlamaCppMissing
-from dragonfarm_core.llama_server import LlamaServer
+from dragonfarm_core import http_guard, serve
+from dragonfarm_core.llamacpp import location as llama_cpp
+from dragonfarm_core.llamacpp.location import LlamaCppMissing
+from dragonfarm_core.llamacpp.server import LlamaServer
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core import llama_cpp
-from dragonfarm_core.llama_cpp import LlamaCppMissing
+from dragonfarm_core.llamacpp import location as llama_cpp
+from dragonfarm_core.llamacpp.location import LlamaCppMissing
 from dragonfarm_core.models import ResolvedModel
 from ui import chat_session
 from ui.tabs import chat

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dragonfarm_core.llama_cpp import SERVER, LlamaCpp
+from dragonfarm_core.llamacpp.location import SERVER, LlamaCpp
 from dragonfarm_core.rundir import childenv, files
 
 HOST = "127.0.0.1"

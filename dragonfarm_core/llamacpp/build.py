@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from dragonfarm_core import llama_cpp
+from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.rundir.jobs import kill_group
 
 PACKAGE = "llama-cpp-python"

@@ -7,7 +7,7 @@
 The job is an ordinary job of the job runner (`rundir.jobs`), in <cache root>/jobs/llamacpp-<time>/
 beside the cache it fills: one build per machine, whichever app, browser or session started it,
 so a second start returns the build under way. Its process is
-`python -m dragonfarm_core.llama_cpp_job --job JOB` running `llama_cpp_build.build_llama_cpp`
+`python -m dragonfarm_core.llamacpp.job --job JOB` running `llama_cpp_build.build_llama_cpp`
 (a complete build is reused in seconds); its log is the build's output: pip's, cmake's, the
 compiler's. Jobs get an allow-listed environment without pip's settings, and an index URL may
 carry a password: the PIP_* variables of the starting process reach the job on its stdin, for
@@ -25,9 +25,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from dragonfarm_core import llama_cpp
+from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.export.job_handle import JobHandle, ended_without, wait_status
-from dragonfarm_core.llama_cpp_build import LlamaCppBuildError, build_llama_cpp
+from dragonfarm_core.llamacpp.build import LlamaCppBuildError, build_llama_cpp
 from dragonfarm_core.rundir import files, jobs
 
 JOB_KIND = "llamacpp"
