@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core import serve
+from dragonfarm_core.serve import server as serve
 from dragonfarm_core.export import merge as export
 from dragonfarm_core.export import gguf
 from dragonfarm_core.export.ollama import template as ot

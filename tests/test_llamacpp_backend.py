@@ -161,7 +161,7 @@ def test_a_run_is_exported_on_demand_and_then_reused(tmp_path, monkeypatch, gguf
 
 
 def test_serve_llamacpp_refuses_base_and_a_folder_that_is_no_model(tmp_path, capsys):
-    from dragonfarm_core import serve
+    from dragonfarm_core.serve import server as serve
 
     assert serve.main([str(BUNDLED), "--llamacpp", "--base"]) == 2
     assert "--base needs the local worker" in capsys.readouterr().err

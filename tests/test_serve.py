@@ -14,7 +14,7 @@ from openai import OpenAI
 
 from dragonfarm_core.inference import InferenceError
 from dragonfarm_core.inference.protocol import Completion
-from dragonfarm_core.serve import build_api, main
+from dragonfarm_core.serve.server import build_api, main
 
 PIECES = ["Hello", " from", " the", " model."]
 

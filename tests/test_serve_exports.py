@@ -10,7 +10,7 @@ from pathlib import Path
 from openai import OpenAI
 from test_serve import Scripted, serve_in_thread
 
-from dragonfarm_core import serve
+from dragonfarm_core.serve import server as serve
 from dragonfarm_core.export import merge as export
 from dragonfarm_core.rundir import files
 

@@ -340,8 +340,8 @@ def _warn(message: Any, category: Any, *_: Any, **__: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["serve"]:  # serve owns its flags (see dragonfarm_core/serve.py)
-        from dragonfarm_core.serve import main as serve_main
+    if argv[:1] == ["serve"]:  # serve owns its flags (see dragonfarm_core/serve/server.py)
+        from dragonfarm_core.serve.server import main as serve_main
 
         return serve_main(argv[1:])
     args = build_parser().parse_args(argv)

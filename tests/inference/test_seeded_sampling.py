@@ -98,7 +98,7 @@ def test_the_real_worker_repeats_samples_for_a_seed_and_not_across_seeds(local):
 
 
 def test_the_apps_openai_server_reads_the_requests_seed():
-    from dragonfarm_core.serve_openai import read_request
+    from dragonfarm_core.serve.openai_wire import read_request
 
     body = {"model": "m", "messages": MESSAGES, "seed": 9}
     assert read_request(body, "m").sampling.seed == 9

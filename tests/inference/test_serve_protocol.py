@@ -46,7 +46,7 @@ GREEDY = {"model": NAME, "messages": QUESTION, "temperature": 0, "max_tokens": 8
 def serving(tmp_path: Path, *flags: str) -> Iterator[tuple[subprocess.Popen, str]]:
     """A `dragonfarm serve` process on the bundled model: (the process, its /v1 URL)."""
     port, log = free_port(), tmp_path / f"serve-{len(flags)}.log"
-    argv = [sys.executable, "-m", "dragonfarm_core.serve", str(BUNDLED), "--name", NAME,
+    argv = [sys.executable, "-m", "dragonfarm_core.serve.server", str(BUNDLED), "--name", NAME,
             "--port", str(port), *flags]  # fmt: skip
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=out)

@@ -18,7 +18,7 @@ from openai import OpenAI
 from test_serve import Scripted, serve_in_thread
 
 from dragonfarm_core import http_guard
-from dragonfarm_core.serve import build_api, main
+from dragonfarm_core.serve.server import build_api, main
 
 CONTEXT = 2048
 HI = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}]}
@@ -120,7 +120,7 @@ def test_max_tokens_is_capped_at_the_models_context(served, key):
 
 
 def test_unknown_context_falls_back_to_a_fixed_cap(tmp_path):
-    from dragonfarm_core.serve import FALLBACK_CONTEXT
+    from dragonfarm_core.serve.server import FALLBACK_CONTEXT
 
     (tmp_path / "config.json").write_text("{}")
     server, thread, url = serve_in_thread(build_api(str(tmp_path), backend=Scripted(), name="m"))

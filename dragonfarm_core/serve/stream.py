@@ -14,8 +14,8 @@ import uuid
 from collections.abc import AsyncIterator
 
 from dragonfarm_core.inference.protocol import cut_at_stop
-from dragonfarm_core.serve_openai import ChatRequest, usage
-from dragonfarm_core.serve_queue import Job
+from dragonfarm_core.serve.openai_wire import ChatRequest, usage
+from dragonfarm_core.serve.queue import Job
 
 
 class StreamedText:

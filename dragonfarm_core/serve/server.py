@@ -64,10 +64,10 @@ from dragonfarm_core.inference.protocol import (
 from dragonfarm_core.inference.target import Target
 from dragonfarm_core.inference.tokens import exact_tokens
 from dragonfarm_core.rundir import files
-from dragonfarm_core.serve_openai import (
+from dragonfarm_core.serve.openai_wire import (
     FALLBACK_CONTEXT as FALLBACK_CONTEXT,  # the reply cap for an unknown context: importable here
 )
-from dragonfarm_core.serve_openai import (
+from dragonfarm_core.serve.openai_wire import (
     completion,
     context_length,
     error,
@@ -76,8 +76,8 @@ from dragonfarm_core.serve_openai import (
     read_request,
     vocab_size,
 )
-from dragonfarm_core.serve_queue import Job, Line
-from dragonfarm_core.serve_stream import stream
+from dragonfarm_core.serve.queue import Job, Line
+from dragonfarm_core.serve.stream import stream
 
 # The largest request body read: far above any context's worth of text (a 32k-token context
 # is about 128 KB of text, 768 KB if every character came \u-escaped), far below memory.
