@@ -11,7 +11,7 @@ know nothing of profiles or Gradio.
             a cap on queued runs per user; binds 0.0.0.0 only with its own login on
     spaces  a Hugging Face Space: 0.0.0.0:7860 behind its proxy, runs under /data (its
             persistent disk) or a temporary folder that vanishes on restart; each visitor (a
-            browser, by a long-lived cookie: dragonfarm_core.visitors) has their own runs under
+            browser, by a long-lived cookie: dragonfarm_core.auth.visitors) has their own runs under
             <runs>/visitors/<id>/, one queued run and a few kept runs at most; nothing that
             runs code the user wrote (command and custom rewards)
 
@@ -27,9 +27,9 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dragonfarm_core import users
-from dragonfarm_core.http_guard import ANY_INTERFACE
-from dragonfarm_core.visitors import VISITORS_DIR
+from dragonfarm_core.auth import users
+from dragonfarm_core.auth.http_guard import ANY_INTERFACE
+from dragonfarm_core.auth.visitors import VISITORS_DIR
 
 PROFILE_ENV = "DRAGONFARM_PROFILE"
 RUNS_DIR_ENV = "DRAGONFARM_RUNS_DIR"

@@ -43,9 +43,9 @@ APP_FACING: dict[str, str] = {
     "Run elsewhere and Import",
     "dragonfarm_core.export.summary": "the Export tab: the files a run's exports wrote, with "
     "their sizes and every check's verdict",
-    "dragonfarm_core.http_guard": "the server: host and origin checks (launch, --allowed-hosts)",
-    "dragonfarm_core.upload_caps": "the server: the upload size caps",
-    "dragonfarm_core.login_guard": "the server: the lab profile's login on every route",
+    "dragonfarm_core.auth.http_guard": "the server: host and origin checks (launch, --allowed-hosts)",
+    "dragonfarm_core.auth.upload_caps": "the server: the upload size caps",
+    "dragonfarm_core.auth.login_guard": "the server: the lab profile's login on every route",
     "dragonfarm_core.rundir.refs": "the server: confines each run a page names to the runs dir",
     "dragonfarm_core.rundir.queue": "the lab's queue panel (the machine's tickets) and the Train "
     "tab's device list (the GPUs found without torch)",
@@ -72,11 +72,11 @@ APP_FACING: dict[str, str] = {
     "dragonfarm_core.rewards.checks": "the rewards builder: each reward type's options",
     "dragonfarm_core.rundir.store": "the Runs tab: which runs continue from a run, before delete",
     "dragonfarm_core.profiles": "the deployment profile: what the pages may offer, where runs live",
-    "dragonfarm_core.upload_disk": "the server: uploads capped as a whole, copies no run needs swept",
-    "dragonfarm_core.session_owners": "the server: a Gradio session and its uploads belong to the "
+    "dragonfarm_core.auth.upload_disk": "the server: uploads capped as a whole, copies no run needs swept",
+    "dragonfarm_core.auth.session_owners": "the server: a Gradio session and its uploads belong to the "
     "login or visitor that made them",
-    "dragonfarm_core.visitors": "the Spaces profile: each browser's own runs folder and run caps",
-    "dragonfarm_core.url_guard": "the Chat tab: a shared app reaches no private address unless "
+    "dragonfarm_core.auth.visitors": "the Spaces profile: each browser's own runs folder and run caps",
+    "dragonfarm_core.auth.url_guard": "the Chat tab: a shared app reaches no private address unless "
     "the admin allows it",
     "dragonfarm_core.llamacpp.location": "the Export tab: whether llama.cpp is ready, and where",
     "dragonfarm_core.llamacpp.build": "the Export tab: the build's folder and its progress",

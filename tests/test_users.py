@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from test_cli import cli
 
-from dragonfarm_core import users
-from dragonfarm_core.login_guard import ExpiringTokens
-from dragonfarm_core.login_throttle import FIRST_LOCK_S, FORGET_S, MAX_LOCK_S, LoginThrottle
+from dragonfarm_core.auth import users
+from dragonfarm_core.auth.login_guard import ExpiringTokens
+from dragonfarm_core.auth.login_throttle import FIRST_LOCK_S, FORGET_S, MAX_LOCK_S, LoginThrottle
 
 PASSWORD = "correct horse battery"
 

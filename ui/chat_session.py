@@ -22,7 +22,7 @@ from typing import Any
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal, runs_dir_argument
 from dragonfarm_core.profiles import Profile
-from dragonfarm_core.url_guard import private_url_refusal
+from dragonfarm_core.auth.url_guard import private_url_refusal
 from ui import present
 
 KEY_ENV = "DRAGONFARM_BACKEND_API_KEY"  # where the code panel reads a key from; never the key
@@ -134,7 +134,7 @@ def make_backend(setup: Setup) -> dragon.Backend:
 
 def reach_refusal(setup: Setup, profile: Profile | None) -> str | None:
     """Why a shared app (lab, Space) may not send this conversation to its URL: a loopback or
-    private address the admin did not allow (dragonfarm_core.url_guard). None when it may."""
+    private address the admin did not allow (dragonfarm_core.auth.url_guard). None when it may."""
     if profile is None or profile.private_backends or setup.backend not in ("server", "ollama"):
         return None
     return private_url_refusal(setup.url or OLLAMA_URL)

@@ -5,7 +5,7 @@ Adding a tab is two lines here: import its module and list it in TABS. A tab mod
 
 However it is launched (`launch()` here, or `dragon.app(...).launch()` in a notebook), the app
 answers only to its own host names, takes changes only from its own pages, caps uploads per
-request and per session (dragonfarm_core.http_guard and .upload_caps, installed through
+request and per session (dragonfarm_core.auth.http_guard and .upload_caps, installed through
 Gradio's `app_kwargs`), and keeps Gradio's uploads in a folder of its own.
 """
 
@@ -24,11 +24,13 @@ from typing import Any
 import gradio as gr
 from starlette.middleware import Middleware
 
-from dragonfarm_core import http_guard, login_guard, upload_disk
+from dragonfarm_core.auth import http_guard
+from dragonfarm_core.auth import login_guard
+from dragonfarm_core.auth import upload_disk
 from dragonfarm_core.profiles import Profile, get_profile, runs_dir_for
-from dragonfarm_core.session_owners import SessionGuard
-from dragonfarm_core.upload_caps import UploadCaps
-from dragonfarm_core.visitors import VisitorCookie
+from dragonfarm_core.auth.session_owners import SessionGuard
+from dragonfarm_core.auth.upload_caps import UploadCaps
+from dragonfarm_core.auth.visitors import VisitorCookie
 from ui import per_user, queue_panel
 from ui.context import new_context
 from ui.tabs import (

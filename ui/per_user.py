@@ -5,7 +5,7 @@ before anyone has logged in. So in a login profile the folder they bind is NO_US
 /proc that does not exist and cannot be created (reads find nothing, writes fail), and
 `install` wraps every event handler of the app: per call it takes the user from the request
 (Gradio's login, the reverse proxy's header when the profile trusts one, or on a Space the
-visitor cookie of dragonfarm_core.visitors) and replaces each
+visitor cookie of dragonfarm_core.auth.visitors) and replaces each
 NO_USER path bound in the handler's partials (and each path under it, such as the uploads
 folder) with that user's folder. A lambda that reads `ctx.runs_dir` when called gets the same
 folder (`AppContext.runs_dir` asks `runs_dir_now`).
@@ -27,7 +27,8 @@ from typing import Any
 import gradio as gr
 from gradio.context import LocalContext
 
-from dragonfarm_core import session_owners, visitors
+from dragonfarm_core.auth import session_owners
+from dragonfarm_core.auth import visitors
 from dragonfarm_core.profiles import USERS_DIR, Profile, keep_private
 from dragonfarm_core.rundir.files import UPLOADS_DIR
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import users
+from dragonfarm_core.auth import users
 from dragonfarm_core.profiles import DEFAULT_LAB_ROOT, LAB_ROOT_ENV, lab_root_for
 
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import serve_app
 from playwright.sync_api import expect
 
-from dragonfarm_core import users
+from dragonfarm_core.auth import users
 
 PASSWORD = "alice-password-123"
 

@@ -3,7 +3,7 @@ Origin's POST are refused with a message that says how to allow a name on purpos
 app's own page, loopback names and the names added by flag or variable still work.
 
 The app is the real server on 127.0.0.1 (tests/security/conftest.py); the rules themselves
-(dragonfarm_core.http_guard) are checked directly at the end.
+(dragonfarm_core.auth.http_guard) are checked directly at the end.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from dragonfarm_core import http_guard
+from dragonfarm_core.auth import http_guard
 
 
 @pytest.fixture(scope="module")

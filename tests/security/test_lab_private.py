@@ -18,7 +18,7 @@ from pathlib import Path
 from gradio_client import Client
 from served_apps import ROOT, free_port, wait_answering
 
-from dragonfarm_core import users
+from dragonfarm_core.auth import users
 
 PASSWORD = "alice-password-123"
 

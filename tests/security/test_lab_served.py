@@ -20,7 +20,8 @@ import pytest
 import served_apps
 from run_refs_scene import write_run
 
-from dragonfarm_core import profiles, users
+from dragonfarm_core import profiles
+from dragonfarm_core.auth import users
 from dragonfarm_core.profiles import Profile, get_profile
 from ui import per_user
 

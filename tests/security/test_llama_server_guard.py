@@ -23,7 +23,7 @@ from openai import OpenAI
 from test_serve import serve_in_thread
 
 import dragonfarm_core as dragon
-from dragonfarm_core import http_guard
+from dragonfarm_core.auth import http_guard
 from dragonfarm_core.serve import server as serve
 from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.llamacpp.location import LlamaCppMissing

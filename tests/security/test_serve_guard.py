@@ -17,7 +17,7 @@ import pytest
 from openai import OpenAI
 from test_serve import Scripted, serve_in_thread
 
-from dragonfarm_core import http_guard
+from dragonfarm_core.auth import http_guard
 from dragonfarm_core.serve.server import build_api, main
 
 CONTEXT = 2048

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 from served_apps import free_port
 
-from dragonfarm_core import upload_disk
+from dragonfarm_core.auth import upload_disk
 from dragonfarm_core.profiles import get_profile
 from ui import layout
 

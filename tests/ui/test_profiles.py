@@ -122,7 +122,7 @@ def test_the_lab_reads_its_settings_from_the_environment(lab_env: Path, monkeypa
 
 
 def test_the_users_file_says_who_is_admin_and_check_counts_them(lab_env: Path, monkeypatch):
-    from dragonfarm_core import users
+    from dragonfarm_core.auth import users
 
     lab = get_profile("lab")
     users.add_user(lab.users_file, "boss", "boss-password", admin=True)

@@ -359,7 +359,7 @@ def test_llama_cpp_serves_the_run_through_one_server_per_run(run, chat_model, ru
 def test_a_shared_app_reaches_no_private_address_unless_the_admin_allows_it(
     shared, run, chat_model, runs_dir, monkeypatch
 ):
-    from dragonfarm_core import url_guard
+    from dragonfarm_core.auth import url_guard
     from dragonfarm_core.profiles import get_profile
 
     monkeypatch.delenv(url_guard.ALLOW_ENV, raising=False)

@@ -21,7 +21,7 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core import upload_disk
+from dragonfarm_core.auth import upload_disk
 from dragonfarm_core.data.codegen import dataset_code
 from ui import active_data, present, synthesize_panel, table_widths
 from ui.context import AppContext, report_tokenizer

@@ -29,7 +29,7 @@ from urllib.parse import parse_qs, unquote
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dragonfarm_core.http_guard import refuse
+from dragonfarm_core.auth.http_guard import refuse
 
 OWNER = "dragonfarm.owner"  # the scope key the login or visitor middleware sets
 MAX_KEYS = 100_000  # the oldest sessions and uploads are forgotten past this many

@@ -6,7 +6,7 @@ Gradio's own auth (`launch(auth=...)`) checks most routes, but leaves some open 
 description. So this ASGI middleware decides first: a logged-out caller gets this module's own
 small login page at `/`, may POST /login (Gradio's, which checks the password and hands out
 the session cookie) and POST /logout; anything else is a 401. Around /login it throttles wrong
-passwords (dragonfarm_core.login_throttle) and gives the session cookies a Max-Age of the
+passwords (dragonfarm_core.auth.login_throttle) and gives the session cookies a Max-Age of the
 session's length, so a browser forgets them when the server does. /logout takes only a POST
 (which the Origin check guards, so another site cannot log you out), passed on to Gradio's
 route as the GET it expects. It also ends sessions: Gradio keeps its session
@@ -32,12 +32,12 @@ from starlette.middleware import Middleware
 from starlette.requests import Request, cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dragonfarm_core import users
-from dragonfarm_core.http_guard import refuse
-from dragonfarm_core.login_page import LOGIN_PAGE
-from dragonfarm_core.login_throttle import LoginThrottle
+from dragonfarm_core.auth import users
+from dragonfarm_core.auth.http_guard import refuse
+from dragonfarm_core.auth.login_page import LOGIN_PAGE
+from dragonfarm_core.auth.login_throttle import LoginThrottle
 from dragonfarm_core.profiles import Profile
-from dragonfarm_core.session_owners import OWNER
+from dragonfarm_core.auth.session_owners import OWNER
 
 LOGIN_PATHS = frozenset({"/login", "/login/"})
 LOGOUT_PATHS = frozenset({"/logout", "/logout/"})

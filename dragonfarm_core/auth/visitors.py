@@ -27,7 +27,7 @@ from starlette.datastructures import Headers
 from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dragonfarm_core.session_owners import OWNER, session_hash_of
+from dragonfarm_core.auth.session_owners import OWNER, session_hash_of
 
 COOKIE = "dragonfarm-visitor"
 COOKIES = (COOKIE, f"{COOKIE}-unsecure")

@@ -1,4 +1,4 @@
-"""The lab app's login page, which a logged-out browser gets at `/` (dragonfarm_core.login_guard).
+"""The lab app's login page, which a logged-out browser gets at `/` (dragonfarm_core.auth.login_guard).
 
 Its own page, not Gradio's: Gradio's login page carries the whole API description (every
 endpoint, its parameters and defaults) to whoever opens it. This one carries nothing but a
