@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from dragonfarm_core.bundle import bundle, pack_run
+from dragonfarm_core.bundles.bundle import bundle, pack_run
 from dragonfarm_core.codegen.run import code
 from dragonfarm_core.compare import compare
 from dragonfarm_core.conversation import Chat, chat, chat_load
@@ -84,9 +84,9 @@ from dragonfarm_core.preference import prefer
 from dragonfarm_core.export.publishing import publish, start_publish
 from dragonfarm_core.recommended import Recommendation, recommended
 from dragonfarm_core.reinforcement import reinforce, test_rewards
-from dragonfarm_core.remote import python_requirements, remote, remote_providers
-from dragonfarm_core.results_check import ResultsRefused
-from dragonfarm_core.results_import import import_results
+from dragonfarm_core.bundles.remote import python_requirements, remote, remote_providers
+from dragonfarm_core.bundles.results_check import ResultsRefused
+from dragonfarm_core.bundles.results_import import import_results
 from dragonfarm_core.rewards import Reward, RewardError, reward
 from dragonfarm_core.rundir.location import runs_dir, set_runs_dir
 from dragonfarm_core.rundir.run import Run, RunFailedError, open_run

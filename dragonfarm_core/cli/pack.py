@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import dragonfarm_core as dragon
-from dragonfarm_core.remote import PROVIDERS
+from dragonfarm_core.bundles.remote import PROVIDERS
 from dragonfarm_core.rundir import files
 
 

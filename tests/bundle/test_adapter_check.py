@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from results_fakes import safetensors_bytes
 
-from dragonfarm_core.adapter_check import AdapterError, read_header
+from dragonfarm_core.bundles.adapter_check import AdapterError, read_header
 
 
 def _file(tmp_path: Path, header: object, data: bytes) -> Path:

@@ -26,7 +26,7 @@ from results_fakes import (
 )
 
 import dragonfarm_core as dragon
-from dragonfarm_core import results_check
+from dragonfarm_core.bundles import results_check
 from ui import present
 
 # Duplicate names are one of the hostile cases; zipfile warns as it writes them.

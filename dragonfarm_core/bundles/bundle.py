@@ -17,7 +17,7 @@ import os
 import warnings
 from typing import Any
 
-from dragonfarm_core.bundle_zip import write_bundle
+from dragonfarm_core.bundles.archive import write_bundle
 from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs, check_rewards, preference_args
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import create, files

@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.adapter_check import AdapterError, adapter_problem
-from dragonfarm_core.bundle_zip import BUNDLE_DIR, config_hash, read_manifest
-from dragonfarm_core.results_check import (
+from dragonfarm_core.bundles.adapter_check import AdapterError, adapter_problem
+from dragonfarm_core.bundles.archive import BUNDLE_DIR, config_hash, read_manifest
+from dragonfarm_core.bundles.results_check import (
     ADAPTER_FILES,
     MANIFEST,
     ResultsRefused,

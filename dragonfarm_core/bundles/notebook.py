@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dragonfarm_core.results_check import RESULT_FILES
+from dragonfarm_core.bundles.results_check import RESULT_FILES
 
 
 def template_path() -> Path:

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import dragonfarm_core
-from dragonfarm_core.bundle_notebook import notebook_text
-from dragonfarm_core.remote import python_requirements
+from dragonfarm_core.bundles.notebook import notebook_text
+from dragonfarm_core.bundles.remote import python_requirements
 from dragonfarm_core.rundir import files
 
 BUNDLE_DIR = "bundle"

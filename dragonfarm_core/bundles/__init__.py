@@ -1,0 +1,1 @@
+"""Training elsewhere: the bundle zip and notebook, remote providers, results import."""
