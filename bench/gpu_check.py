@@ -237,7 +237,7 @@ def train_flops(model: Path, lengths: list[int]) -> float:
     the frozen weights take no gradient; the adapters' own FLOPs are left out) plus causal
     attention, 2 q L a layer forward (half the score matrix, row length L) and twice that back.
     The LM head is counted at every position, where ours applies it only at learned ones."""
-    from dragonfarm_core.memory_estimate import Shape
+    from dragonfarm_core.training.memory_estimate import Shape
 
     shape = Shape.read(model)
     assert shape is not None
@@ -253,7 +253,7 @@ def arm_estimate(ctx: argparse.Namespace, model: Path, longest: int,
     """The preflight estimate (memory_estimate.parts_mib) of one of ours' SFT arms: its
     settings ((Hardware fields, TrainArgs fields)), the longest row as the batch length (a
     packed sequence's: max_seq_len)."""
-    from dragonfarm_core import memory_estimate
+    from dragonfarm_core.training import memory_estimate
     from dragonfarm_core.trainers import allocator
 
     shape = memory_estimate.Shape.read(model)

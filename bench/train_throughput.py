@@ -147,7 +147,7 @@ class CountingCollator:
 
 def other_dtype(model: Path) -> str:
     """The CPU dtype that auto does not pick for this model."""
-    from dragonfarm_core.memory_estimate import Shape, cpu_weights_dtype
+    from dragonfarm_core.training.memory_estimate import Shape, cpu_weights_dtype
 
     shape = Shape.read(model)
     chosen = cpu_weights_dtype(shape.params() if shape else None)

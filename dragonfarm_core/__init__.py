@@ -60,7 +60,7 @@ from dragonfarm_core.llm import (
     llm_openai,
 )
 from dragonfarm_core.llm.jobs import LLMJob, start_judge
-from dragonfarm_core.memory_estimate import Estimate, PreflightError, preflight
+from dragonfarm_core.training.memory_estimate import Estimate, PreflightError, preflight
 from dragonfarm_core.method_args import DpoArgs, GrpoArgs, PreferenceArgs
 from dragonfarm_core.models import (
     BUNDLED_MODEL_ID,
@@ -80,10 +80,10 @@ from dragonfarm_core.pipelines.pipeline import (
     pipeline_status,
     resume_pipeline,
 )
-from dragonfarm_core.preference import prefer
+from dragonfarm_core.training.preference import prefer
 from dragonfarm_core.export.publishing import publish, start_publish
 from dragonfarm_core.recommended import Recommendation, recommended
-from dragonfarm_core.reinforcement import reinforce, test_rewards
+from dragonfarm_core.training.reinforcement import reinforce, test_rewards
 from dragonfarm_core.bundles.remote import python_requirements, remote, remote_providers
 from dragonfarm_core.bundles.results_check import ResultsRefused
 from dragonfarm_core.bundles.results_import import import_results
@@ -108,8 +108,8 @@ from dragonfarm_core.synthesis.synthesize import (
 from dragonfarm_core.synthesis.files import open_synthesized
 from dragonfarm_core.synthesis.jobs import start_synthesis
 from dragonfarm_core.task_metrics import metric_regex, metrics
-from dragonfarm_core.training import cancel, logs, progress, resume, start, status, train, wait
-from dragonfarm_core.triage import Fix, Triage, retry, triage
+from dragonfarm_core.training.train import cancel, logs, progress, resume, start, status, train, wait
+from dragonfarm_core.training.triage import Fix, Triage, retry, triage
 
 if TYPE_CHECKING:
     import gradio as gr

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core import memory_estimate as preflight
+from dragonfarm_core.training import memory_estimate as preflight
 from dragonfarm_core.models import bundled_model_path
 from dragonfarm_core.rundir import files
 

@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core import reinforcement
+from dragonfarm_core.training import reinforcement
 from dragonfarm_core.codegen.run import code, rewards_code
 from dragonfarm_core.inference.protocol import Sampling
-from dragonfarm_core.reinforcement import ReinforceArgs, reinforce
-from dragonfarm_core.reinforcement import test_rewards as dry_run
+from dragonfarm_core.training.reinforcement import ReinforceArgs, reinforce
+from dragonfarm_core.training.reinforcement import test_rewards as dry_run
 from dragonfarm_core.rewards import Reward, reward
 from dragonfarm_core.rundir import files, location
 from dragonfarm_core.settings import Hardware, SettingsError, TrainArgs
@@ -252,7 +252,7 @@ def test_dry_run_warns_about_a_failing_reward_and_refuses_missing_references(tmp
 
 def test_the_api_modules_do_not_import_torch():
     probe = (
-        "import sys, dragonfarm_core.reinforcement, dragonfarm_core.codegen.run; "
+        "import sys, dragonfarm_core.training.reinforcement, dragonfarm_core.codegen.run; "
         "heavy = {'torch', 'transformers', 'peft', 'trl'} & set(sys.modules); "
         "assert not heavy, heavy"
     )

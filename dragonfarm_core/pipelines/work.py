@@ -47,9 +47,9 @@ def run_summary(run: Run) -> dict[str, Any]:
 
 
 def _start_training(ctx: Context, step: Step) -> Run:
-    from dragonfarm_core.preference import prefer
-    from dragonfarm_core.reinforcement import reinforce
-    from dragonfarm_core.training import train
+    from dragonfarm_core.training.preference import prefer
+    from dragonfarm_core.training.reinforcement import reinforce
+    from dragonfarm_core.training.train import train
 
     assert isinstance(step, TrainingStep)
     common: dict[str, Any] = {
@@ -70,7 +70,7 @@ def _start_training(ctx: Context, step: Step) -> Run:
 
 
 def _training(ctx: Context, index: int, step: Step) -> dict[str, Any]:
-    from dragonfarm_core.training import resume
+    from dragonfarm_core.training.train import resume
 
     entry = record_io.read(ctx.path)["steps"][index]
     if entry.get("run_dir"):  # started before: resume that run rather than train again

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.chat_template import stop_ids
-from dragonfarm_core.reinforcement import ReinforceArgs
+from dragonfarm_core.training.reinforcement import ReinforceArgs
 from dragonfarm_core.rewards import Reward, RewardErrors, reward_names
 from dragonfarm_core.rundir import files
 from dragonfarm_core.trainers import allocator, lifecycle, modeling, trl_run

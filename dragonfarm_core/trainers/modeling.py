@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from dragonfarm_core import memory_estimate
+from dragonfarm_core.training import memory_estimate
 from dragonfarm_core.settings import Lora, SettingsError
 from dragonfarm_core.trainers.common import ModelLoadError
 from dragonfarm_core.trainers.config import ModelSpec

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dragonfarm_core.memory_estimate import Shape, cpu_weights_dtype
+from dragonfarm_core.training.memory_estimate import Shape, cpu_weights_dtype
 from dragonfarm_core.settings import Hardware, SettingsError
 
 # oneDNN (torch's bf16 matmuls on a CPU) caches a kernel per matmul shape, 1,024 of them by

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import memory_estimate
+from dragonfarm_core.training import memory_estimate
 from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers import evaluation, lifecycle, modeling, sft_data, trl_run
 from dragonfarm_core.trainers.common import reported_run

@@ -14,7 +14,7 @@ import pytest
 from dragonfarm_core.rundir import files, jobs, launch
 from dragonfarm_core.rundir.create import create_run
 from dragonfarm_core.rundir.run import Run, RunFailedError
-from dragonfarm_core.training import train
+from dragonfarm_core.training.train import train
 
 ROOT = Path(__file__).resolve().parents[2]
 

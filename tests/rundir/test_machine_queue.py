@@ -16,7 +16,7 @@ from queue_watch import watch_runs
 from dragonfarm_core.rundir import files, queue
 from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Hardware
-from dragonfarm_core.training import train
+from dragonfarm_core.training.train import train
 
 ROOT = Path(__file__).resolve().parents[2]
 not_on_apple = pytest.mark.skipif(sys.platform == "darwin", reason="auto is mps on a Mac")
@@ -86,7 +86,7 @@ def test_cpu_and_auto_runs_of_two_runs_dirs_take_turns_in_submission_order(
 SUBMIT = """
 import sys
 from dragonfarm_core.data.dataset import dataset
-from dragonfarm_core.training import train
+from dragonfarm_core.training.train import train
 ds = dataset(sys.argv[1]).map(prompt="question", response="answer")
 print(train(ds, sys.argv[2], runs_dir=sys.argv[3]).dir)
 """

@@ -9,7 +9,7 @@ import pytest
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.create import create_run
 from dragonfarm_core.rundir.run import PROGRESS_COLUMNS, Run, RunFailedError, open_run
-from dragonfarm_core.training import train
+from dragonfarm_core.training.train import train
 
 
 @pytest.fixture

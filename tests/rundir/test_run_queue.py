@@ -14,7 +14,7 @@ from queue_watch import watch_runs
 from dragonfarm_core.rundir import files, launch
 from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Hardware
-from dragonfarm_core.training import train
+from dragonfarm_core.training.train import train
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,7 +74,7 @@ def test_a_queued_run_can_be_cancelled_while_it_waits(
 APP = """
 import json, sys
 from dragonfarm_core.data.dataset import dataset
-from dragonfarm_core.training import train
+from dragonfarm_core.training.train import train
 ds = dataset(sys.argv[1]).map(prompt="question", response="answer")
 runs = [train(ds, sys.argv[2], runs_dir=sys.argv[3]) for _ in range(2)]
 print(json.dumps([str(r.dir) for r in runs]))

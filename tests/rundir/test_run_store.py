@@ -10,7 +10,7 @@ import pytest
 from dragonfarm_core.rundir import files, store
 from dragonfarm_core.rundir.create import create_run
 from dragonfarm_core.rundir.run import Run
-from dragonfarm_core.training import train
+from dragonfarm_core.training.train import train
 
 
 def _finished(

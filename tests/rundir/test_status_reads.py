@@ -20,8 +20,8 @@ import dragonfarm_core as dragon
 from dragonfarm_core.rundir import atomic, disk, files, store
 from dragonfarm_core.rundir.create import create_run
 from dragonfarm_core.rundir.run import Run, RunFailedError
-from dragonfarm_core.training import train
-from dragonfarm_core.triage import triage
+from dragonfarm_core.training.train import train
+from dragonfarm_core.training.triage import triage
 from ui.tabs import monitor
 
 # What a trainer prints when its save meets a full disk: a real ENOSPC, from /dev/full.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psutil
 
 from dragonfarm_core.rundir import files
-from dragonfarm_core.training import train
+from dragonfarm_core.training.train import train
 
 
 def test_a_finished_trainer_leaves_no_zombie_without_another_launch(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from dragonfarm_core import training
+from dragonfarm_core.training import train as training
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import RunFailedError
-from dragonfarm_core.training import resume, train
+from dragonfarm_core.training.train import resume, train
 
 
 def test_training_on_top_of_a_finished_run(runs_root, sft_data, model_dir):

@@ -8,7 +8,7 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core.rundir import files
-from dragonfarm_core.triage import Fix, retry, triage
+from dragonfarm_core.training.triage import Fix, retry, triage
 
 
 def failed_run(runs_root, sft_data, model_dir, monkeypatch, **args):

@@ -139,7 +139,7 @@ def test_the_train_tab_refuses_a_run_beyond_the_cap_and_makes_no_folder(lab, tic
 
     import dragonfarm_core as dragon
     from dragonfarm_core.models import ResolvedModel
-    from dragonfarm_core.reinforcement import ReinforceArgs
+    from dragonfarm_core.training.reinforcement import ReinforceArgs
     from ui.tabs import train
 
     ticket("alice", "20260101-000001-one")

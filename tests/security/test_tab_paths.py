@@ -20,7 +20,7 @@ from run_refs_scene import make_scene
 
 import dragonfarm_core as dragon
 from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.reinforcement import ReinforceArgs
+from dragonfarm_core.training.reinforcement import ReinforceArgs
 from dragonfarm_core.rundir import files, launch, location
 from ui import watch
 from ui.tabs import chat, evaluate, monitor, runs, train

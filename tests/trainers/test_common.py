@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from dragonfarm_core import memory_estimate
+from dragonfarm_core.training import memory_estimate
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Hardware, SettingsError
 from dragonfarm_core.trainers import common, placement

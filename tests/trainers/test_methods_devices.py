@@ -17,7 +17,7 @@ from test_dpo import pairs_dataset, write_run
 from test_grpo import _create
 from trainer_fixtures import curves, on_devices, wait_for
 
-from dragonfarm_core import training
+from dragonfarm_core.training import train as training
 from dragonfarm_core.rewards import reward
 from dragonfarm_core.rundir import files, launch
 

@@ -12,7 +12,7 @@ import psutil
 import pytest
 from trainer_fixtures import curves, on_devices, wait_for
 
-from dragonfarm_core import training
+from dragonfarm_core.training import train as training
 from dragonfarm_core.rundir import files, launch
 
 SAME_RUN = {"batch_size": 2, "max_seq_len": 128, "max_steps": 8, "learning_rate": 2e-3,

@@ -24,7 +24,7 @@ from dragonfarm_core.rewards import Reward, RewardErrors, score
 from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Hardware, Lora, TrainArgs
 from dragonfarm_core.spec import DEFAULT_HARDWARE, RunSpec, check_dataset
-from dragonfarm_core.training import start
+from dragonfarm_core.training.train import start
 
 # ReinforceArgs and check_rewards live in method_args; the GRPO trainer imports them from here.
 __all__ = ["ReinforceArgs", "check_rewards", "reinforce", "test_rewards"]

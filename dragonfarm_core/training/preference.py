@@ -22,7 +22,7 @@ from dragonfarm_core.methods import METHODS as TABLE
 from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Hardware, Lora, TrainArgs
 from dragonfarm_core.spec import DEFAULT_HARDWARE, RunSpec
-from dragonfarm_core.training import start
+from dragonfarm_core.training.train import start
 
 METHODS = tuple(name for name, row in TABLE.items() if row.function == "prefer")
 

@@ -1,0 +1,1 @@
+"""Starting training: `train()`, `prefer()`, `reinforce()`, the preflight memory estimate, triage."""
