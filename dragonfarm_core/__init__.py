@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from dragonfarm_core.bundles.bundle import bundle, pack_run
 from dragonfarm_core.codegen.run import code
-from dragonfarm_core.compare import compare
+from dragonfarm_core.evaluation.compare import compare
 from dragonfarm_core.conversation import Chat, chat, chat_load
 from dragonfarm_core.data import (
     HOUSE_STYLE_PATTERN,
@@ -29,7 +29,7 @@ from dragonfarm_core.data import (
     example_data,
 )
 from dragonfarm_core.environment import check
-from dragonfarm_core.evaluation import EvaluationJob, evaluate, start_evaluation
+from dragonfarm_core.evaluation.evaluate import EvaluationJob, evaluate, start_evaluation
 from dragonfarm_core.export.merge import MergeJob, merge, start_merge
 from dragonfarm_core.export.jobs import ExportJob
 from dragonfarm_core.feedback_store import feedback
@@ -107,7 +107,7 @@ from dragonfarm_core.synthesis.synthesize import (
 )
 from dragonfarm_core.synthesis.files import open_synthesized
 from dragonfarm_core.synthesis.jobs import start_synthesis
-from dragonfarm_core.task_metrics import metric_regex, metrics
+from dragonfarm_core.evaluation.task_metrics import metric_regex, metrics
 from dragonfarm_core.training.train import cancel, logs, progress, resume, start, status, train, wait
 from dragonfarm_core.training.triage import Fix, Triage, retry, triage
 

@@ -81,7 +81,7 @@ APP_FACING: dict[str, str] = {
     "dragonfarm_core.llamacpp.location": "the Export tab: whether llama.cpp is ready, and where",
     "dragonfarm_core.llamacpp.build": "the Export tab: the build's folder and its progress",
     "dragonfarm_core.llamacpp.job": "the Export tab: the Build llama.cpp button's job",
-    "dragonfarm_core.evaluation": "the Evaluate tab: saved_evaluation, what training wrote, read "
+    "dragonfarm_core.evaluation.evaluate": "the Evaluate tab: saved_evaluation, what training wrote, read "
     "without measuring",
 }
 

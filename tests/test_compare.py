@@ -20,7 +20,7 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core.codegen.run import compare_code
-from dragonfarm_core.compare import COLUMNS, better
+from dragonfarm_core.evaluation.compare import COLUMNS, better
 from dragonfarm_core.rundir import create, files, location, refs
 
 TESTS_DIR = Path(__file__).resolve().parent

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dragonfarm_core.evaluation import Evaluation, evaluate, metric_name, named_metrics
+from dragonfarm_core.evaluation.evaluate import Evaluation, evaluate, metric_name, named_metrics
 from dragonfarm_core.rundir import files
-from dragonfarm_core.task_metrics import metric_regex
+from dragonfarm_core.evaluation.task_metrics import metric_regex
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
@@ -193,7 +193,7 @@ def test_an_evaluation_is_a_full_read_only_mapping(tmp_path):
 
     import pandas as pd
 
-    from dragonfarm_core.evaluation import Evaluation
+    from dragonfarm_core.evaluation.evaluate import Evaluation
 
     ev = Evaluation(
         "r1", "dpo", {"pref_accuracy": 0.9, "eval_pairs": 4}, pd.DataFrame(), {"f1": 0.5}

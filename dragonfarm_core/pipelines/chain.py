@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dragonfarm_core.data.dataset import Dataset
-from dragonfarm_core.evaluation import named_metrics
+from dragonfarm_core.evaluation.evaluate import named_metrics
 from dragonfarm_core.judging.judges import as_judge, describe_judge
 from dragonfarm_core.llm.descriptions import llm_from_description
 from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs, check_rewards

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from dragonfarm_core.data.conversations import conversations
 from dragonfarm_core.data.dataset import Dataset, dataset
-from dragonfarm_core.evaluation import metric_name
+from dragonfarm_core.evaluation.evaluate import metric_name
 from dragonfarm_core.judging.judges import describe_judge
 from dragonfarm_core.llm import LLM
 from dragonfarm_core.llm.descriptions import llm_from_description

@@ -31,7 +31,7 @@ from dragonfarm_core.pipelines.steps import (
 )
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import Run, open_run
-from dragonfarm_core.task_metrics import last_number, parse_json
+from dragonfarm_core.evaluation.task_metrics import last_number, parse_json
 
 
 def _numbers(values: dict[str, Any] | None) -> dict[str, float]:
@@ -138,7 +138,7 @@ def fitting_metrics(run: Run) -> list[str]:
 
 
 def _evaluate(ctx: Context, index: int, step: Step) -> dict[str, Any]:
-    from dragonfarm_core.evaluation import evaluate
+    from dragonfarm_core.evaluation.evaluate import evaluate
 
     assert isinstance(step, EvaluateStep) and ctx.run is not None
     chosen = fitting_metrics(ctx.run) if step.metrics is True else list(step.metrics)

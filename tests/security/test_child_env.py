@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dragonfarm_core import evaluation
+from dragonfarm_core.evaluation import evaluate as evaluation
 from dragonfarm_core.inference import backend_local, worker_stop
 from dragonfarm_core.rundir import launch
 

@@ -19,7 +19,7 @@ import gradio as gr
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core import evaluation
+from dragonfarm_core.evaluation import evaluate as evaluation
 from dragonfarm_core.rundir import create, files
 from ui import watch
 from ui.tabs import evaluate

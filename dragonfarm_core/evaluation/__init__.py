@@ -1,0 +1,1 @@
+"""Evaluation: `evaluate()`, task metrics, and `compare()`."""
