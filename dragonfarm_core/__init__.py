@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from dragonfarm_core.bundles.bundle import bundle, pack_run
 from dragonfarm_core.codegen.run import code
 from dragonfarm_core.evaluation.compare import compare
-from dragonfarm_core.conversation import Chat, chat, chat_load
+from dragonfarm_core.chat.conversation import Chat, chat, chat_load
 from dragonfarm_core.data import (
     HOUSE_STYLE_PATTERN,
     DataReport,
@@ -32,8 +32,8 @@ from dragonfarm_core.environment import check
 from dragonfarm_core.evaluation.evaluate import EvaluationJob, evaluate, start_evaluation
 from dragonfarm_core.export.merge import MergeJob, merge, start_merge
 from dragonfarm_core.export.jobs import ExportJob
-from dragonfarm_core.feedback_store import feedback
-from dragonfarm_core.generation import generate
+from dragonfarm_core.chat.feedback_store import feedback
+from dragonfarm_core.chat.generation import generate
 from dragonfarm_core.export.gguf import GGUFJob, check_export, export_gguf, start_export_gguf
 from dragonfarm_core.inference import (
     Backend,

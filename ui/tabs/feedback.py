@@ -19,7 +19,7 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal, runs_dir_argument
-from dragonfarm_core.feedback_store import (
+from dragonfarm_core.chat.feedback_store import (
     EVENTS_FILE,
     damage_note,
     feedback_dir,

@@ -1,0 +1,1 @@
+"""Chat: `generate`, conversations, and the feedback they collect."""
