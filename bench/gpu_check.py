@@ -253,8 +253,8 @@ def arm_estimate(ctx: argparse.Namespace, model: Path, longest: int,
     """The preflight estimate (memory_estimate.parts_mib) of one of ours' SFT arms: its
     settings ((Hardware fields, TrainArgs fields)), the longest row as the batch length (a
     packed sequence's: max_seq_len)."""
-    from dragonfarm_core.training import memory_estimate
     from dragonfarm_core.trainers import allocator
+    from dragonfarm_core.training import memory_estimate
 
     shape = memory_estimate.Shape.read(model)
     assert shape is not None

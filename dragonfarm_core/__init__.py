@@ -15,9 +15,13 @@ import os
 from typing import TYPE_CHECKING
 
 from dragonfarm_core.bundles.bundle import bundle, pack_run
-from dragonfarm_core.codegen.run import code
-from dragonfarm_core.evaluation.compare import compare
+from dragonfarm_core.bundles.remote import python_requirements, remote, remote_providers
+from dragonfarm_core.bundles.results_check import ResultsRefused
+from dragonfarm_core.bundles.results_import import import_results
 from dragonfarm_core.chat.conversation import Chat, chat, chat_load
+from dragonfarm_core.chat.feedback_store import feedback
+from dragonfarm_core.chat.generation import generate
+from dragonfarm_core.codegen.run import code
 from dragonfarm_core.data import (
     HOUSE_STYLE_PATTERN,
     DataReport,
@@ -29,12 +33,14 @@ from dragonfarm_core.data import (
     example_data,
 )
 from dragonfarm_core.environment import check
+from dragonfarm_core.evaluation.compare import compare
 from dragonfarm_core.evaluation.evaluate import EvaluationJob, evaluate, start_evaluation
-from dragonfarm_core.export.merge import MergeJob, merge, start_merge
-from dragonfarm_core.export.jobs import ExportJob
-from dragonfarm_core.chat.feedback_store import feedback
-from dragonfarm_core.chat.generation import generate
+from dragonfarm_core.evaluation.task_metrics import metric_regex, metrics
 from dragonfarm_core.export.gguf import GGUFJob, check_export, export_gguf, start_export_gguf
+from dragonfarm_core.export.jobs import ExportJob
+from dragonfarm_core.export.merge import MergeJob, merge, start_merge
+from dragonfarm_core.export.ollama.export import serve_ollama, start_serve_ollama
+from dragonfarm_core.export.publishing import publish, start_publish
 from dragonfarm_core.inference import (
     Backend,
     backend,
@@ -60,7 +66,6 @@ from dragonfarm_core.llm import (
     llm_openai,
 )
 from dragonfarm_core.llm.jobs import LLMJob, start_judge
-from dragonfarm_core.training.memory_estimate import Estimate, PreflightError, preflight
 from dragonfarm_core.method_args import DpoArgs, GrpoArgs, PreferenceArgs
 from dragonfarm_core.models import (
     BUNDLED_MODEL_ID,
@@ -69,9 +74,7 @@ from dragonfarm_core.models import (
     presets,
     resolve_model,
 )
-from dragonfarm_core.export.ollama.export import serve_ollama, start_serve_ollama
 from dragonfarm_core.pipelines.chain import PipelineError
-from dragonfarm_core.pipelines.steps import steps
 from dragonfarm_core.pipelines.pipeline import (
     Pipeline,
     open_pipeline,
@@ -80,13 +83,8 @@ from dragonfarm_core.pipelines.pipeline import (
     pipeline_status,
     resume_pipeline,
 )
-from dragonfarm_core.training.preference import prefer
-from dragonfarm_core.export.publishing import publish, start_publish
+from dragonfarm_core.pipelines.steps import steps
 from dragonfarm_core.recommended import Recommendation, recommended
-from dragonfarm_core.training.reinforcement import reinforce, test_rewards
-from dragonfarm_core.bundles.remote import python_requirements, remote, remote_providers
-from dragonfarm_core.bundles.results_check import ResultsRefused
-from dragonfarm_core.bundles.results_import import import_results
 from dragonfarm_core.rewards import Reward, RewardError, reward
 from dragonfarm_core.rundir.location import runs_dir, set_runs_dir
 from dragonfarm_core.rundir.run import Run, RunFailedError, open_run
@@ -99,16 +97,27 @@ from dragonfarm_core.rundir.store import (
 )
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from dragonfarm_core.spec import RunSpec
+from dragonfarm_core.synthesis.files import open_synthesized
+from dragonfarm_core.synthesis.jobs import start_synthesis
 from dragonfarm_core.synthesis.synthesize import (
     SynthesisError,
     SynthesizedDataset,
     synthesize,
     synthesize_pairs,
 )
-from dragonfarm_core.synthesis.files import open_synthesized
-from dragonfarm_core.synthesis.jobs import start_synthesis
-from dragonfarm_core.evaluation.task_metrics import metric_regex, metrics
-from dragonfarm_core.training.train import cancel, logs, progress, resume, start, status, train, wait
+from dragonfarm_core.training.memory_estimate import Estimate, PreflightError, preflight
+from dragonfarm_core.training.preference import prefer
+from dragonfarm_core.training.reinforcement import reinforce, test_rewards
+from dragonfarm_core.training.train import (
+    cancel,
+    logs,
+    progress,
+    resume,
+    start,
+    status,
+    train,
+    wait,
+)
 from dragonfarm_core.training.triage import Fix, Triage, retry, triage
 
 if TYPE_CHECKING:

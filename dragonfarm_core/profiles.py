@@ -250,8 +250,9 @@ def _lab(runs_dir: str | os.PathLike[str] | None) -> Profile:
         anonymise_queue=os.environ.get(ANONYMISE_QUEUE_ENV, "").strip() in ("1", "true", "yes"),
         session_hours=_env_number(SESSION_HOURS_ENV, 12.0, float),
         # Isolation between users holds only while nobody's code runs as the server's account.
-        off={USER_CODE: "they would run as this server's account, which can read every "
-             "user's runs."},  # fmt: skip
+        off={
+            USER_CODE: "they would run as this server's account, which can read every user's runs."
+        },  # fmt: skip
     )
 
 

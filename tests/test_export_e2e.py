@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.serve import server as serve
-from dragonfarm_core.export import merge as export
 from dragonfarm_core.export import gguf
+from dragonfarm_core.export import merge as export
 from dragonfarm_core.export.ollama import template as ot
 from dragonfarm_core.inference import Sampling
 from dragonfarm_core.llamacpp.location import LlamaCppMissing, find_llama_cpp
+from dragonfarm_core.serve import server as serve
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"

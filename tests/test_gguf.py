@@ -22,12 +22,11 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core import environment
-from dragonfarm_core.llamacpp import location as llama_cpp
-from dragonfarm_core.export import merge as export
-from dragonfarm_core.export import gguf
-from dragonfarm_core.export import gguf_files
 from dragonfarm_core.cli import commands as cli
+from dragonfarm_core.export import gguf, gguf_files
+from dragonfarm_core.export import merge as export
 from dragonfarm_core.export.gguf import GGUFError, LlamaCppMissing
+from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.rundir import files, location
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,9 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.llamacpp import build as llama_cpp_build
 from dragonfarm_core.llamacpp import job as llama_cpp_job
+from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.llamacpp.build import LlamaCppBuildError, build_llama_cpp
 from dragonfarm_core.rundir import files, jobs
 

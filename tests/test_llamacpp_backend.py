@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.inference import (
     Backend,
     InferenceError,
@@ -37,6 +36,7 @@ from dragonfarm_core.inference.llamacpp import (
     source_folder,
     sse_pieces,
 )
+from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.llamacpp.location import LlamaCppMissing
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.export import merge as export
 from dragonfarm_core.cli import commands as cli
+from dragonfarm_core.export import merge as export
 from dragonfarm_core.export.merge import MergeError
 from dragonfarm_core.rundir import files
 

@@ -14,12 +14,16 @@ from pathlib import Path
 import pytest
 
 from dragonfarm_core import chat_template
-from dragonfarm_core.export.ollama import gotemplate
 from dragonfarm_core.export.ollama import check as oc
 from dragonfarm_core.export.ollama import export as oe
+from dragonfarm_core.export.ollama import gotemplate
 from dragonfarm_core.export.ollama import register as orr
 from dragonfarm_core.export.ollama import template as ot
-from dragonfarm_core.export.ollama.template import OllamaTemplate, TemplateMismatch, UnknownTemplateFamily
+from dragonfarm_core.export.ollama.template import (
+    OllamaTemplate,
+    TemplateMismatch,
+    UnknownTemplateFamily,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "tests" / "export_templates"

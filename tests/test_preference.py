@@ -11,9 +11,9 @@ import pytest
 import dragonfarm_core as dragon
 from dragonfarm_core.codegen.run import code
 from dragonfarm_core.evaluation.evaluate import evaluate
-from dragonfarm_core.training.preference import prefer
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import SettingsError
+from dragonfarm_core.training.preference import prefer
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"

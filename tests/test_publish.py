@@ -14,8 +14,8 @@ import pytest
 from hub_fakes import FakeHub
 
 import dragonfarm_core as dragon
-from dragonfarm_core.export import merge as export
 from dragonfarm_core.export import hub as publishing_hub
+from dragonfarm_core.export import merge as export
 from dragonfarm_core.export import publishing as pub
 from dragonfarm_core.export.publishing import PublishError
 from dragonfarm_core.rundir import files

@@ -14,14 +14,14 @@ import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.training import reinforcement
 from dragonfarm_core.codegen.run import code, rewards_code
 from dragonfarm_core.inference.protocol import Sampling
-from dragonfarm_core.training.reinforcement import ReinforceArgs, reinforce
-from dragonfarm_core.training.reinforcement import test_rewards as dry_run
 from dragonfarm_core.rewards import Reward, reward
 from dragonfarm_core.rundir import files, location
 from dragonfarm_core.settings import Hardware, SettingsError, TrainArgs
+from dragonfarm_core.training import reinforcement
+from dragonfarm_core.training.reinforcement import ReinforceArgs, reinforce
+from dragonfarm_core.training.reinforcement import test_rewards as dry_run
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"

@@ -10,9 +10,9 @@ from pathlib import Path
 from openai import OpenAI
 from test_serve import Scripted, serve_in_thread
 
-from dragonfarm_core.serve import server as serve
 from dragonfarm_core.export import merge as export
 from dragonfarm_core.rundir import files
+from dragonfarm_core.serve import server as serve
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"

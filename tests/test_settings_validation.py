@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.training.reinforcement import ReinforceArgs
 from dragonfarm_core.settings import Lora, SettingsError, TrainArgs, check_numbers
 from dragonfarm_core.trainers.config import ExtraArgs, extra_args
+from dragonfarm_core.training.reinforcement import ReinforceArgs
 
 NUMERIC = {
     Lora: ["r", "alpha", "dropout"],

@@ -27,8 +27,7 @@ from typing import Any
 import gradio as gr
 from gradio.context import LocalContext
 
-from dragonfarm_core.auth import session_owners
-from dragonfarm_core.auth import visitors
+from dragonfarm_core.auth import session_owners, visitors
 from dragonfarm_core.profiles import USERS_DIR, Profile, keep_private
 from dragonfarm_core.rundir.files import UPLOADS_DIR
 

@@ -124,8 +124,8 @@ def remote(
     Returns provider, url, bundle (the zip's path), notebook (its path) and steps. Opens the
     provider's page in the browser when `open` is True, or when None in an interactive session.
     """
-    from dragonfarm_core.bundles.bundle import pack_run
     from dragonfarm_core.bundles.archive import bundle_paths
+    from dragonfarm_core.bundles.bundle import pack_run
 
     row = _provider(provider)
     run = open_run(run)

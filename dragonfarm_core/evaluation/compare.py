@@ -34,9 +34,9 @@ from typing import Any
 
 import pandas as pd
 
-from dragonfarm_core.pipelines import record as pipeline_record
 from dragonfarm_core.evaluation.evaluate import stored_metrics
 from dragonfarm_core.methods import METHODS
+from dragonfarm_core.pipelines import record as pipeline_record
 from dragonfarm_core.rundir import files, launch, location, store
 from dragonfarm_core.rundir.run import Run, open_run
 

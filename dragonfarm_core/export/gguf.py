@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.export import merge as export
 from dragonfarm_core.export import job_handle
+from dragonfarm_core.export import merge as export
 from dragonfarm_core.export.gguf_files import (
     CHECK_SUFFIX,
     DIRECT_QUANTS,

@@ -35,9 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.export import merge as export
 from dragonfarm_core.export import jobs as export_jobs
-from dragonfarm_core.export.model_card import CARD, LOSS_IMAGE, loss_curve, model_card
+from dragonfarm_core.export import merge as export
 from dragonfarm_core.export.hub import (
     PublishError,
     check_access,
@@ -46,6 +45,7 @@ from dragonfarm_core.export.hub import (
     hub_token,
     transfer_for,
 )
+from dragonfarm_core.export.model_card import CARD, LOSS_IMAGE, loss_curve, model_card
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import Run, open_run
 

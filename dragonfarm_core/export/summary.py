@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.export import merge as export
 from dragonfarm_core.export import jobs as export_jobs
+from dragonfarm_core.export import merge as export
 from dragonfarm_core.rundir import files, jobs
 from dragonfarm_core.rundir.run import Run, open_run
 
@@ -69,9 +69,9 @@ def gguf_checks(ggufs: list[Path]) -> list[dict[str, Any]]:
 
 def summary(run: Run | str | os.PathLike[str]) -> ExportSummary:
     """What the run's merge, GGUF export, Ollama registration and publish left behind."""
+    from dragonfarm_core.export import publishing
     from dragonfarm_core.export.ollama import check as ollama_check
     from dragonfarm_core.export.ollama import export as ollama_export
-    from dragonfarm_core.export import publishing
 
     run = open_run(run)
     merged = export.merged_model(run)

@@ -27,12 +27,18 @@ from typing import Any
 
 import psutil
 
-from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.judging.judges import as_judge
 from dragonfarm_core.llm import LLM
 from dragonfarm_core.llm.descriptions import api_key_of
+from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.pipelines.chain import check_steps
-from dragonfarm_core.pipelines.runner import Context, first_unfinished, key_name, run_steps, steps_of
+from dragonfarm_core.pipelines.runner import (
+    Context,
+    first_unfinished,
+    key_name,
+    run_steps,
+    steps_of,
+)
 from dragonfarm_core.pipelines.steps import Step
 from dragonfarm_core.rundir import files, location
 from dragonfarm_core.rundir.run import Run, open_run

@@ -13,9 +13,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from dragonfarm_core.pipelines import record as record_io
+from dragonfarm_core.evaluation.task_metrics import last_number, parse_json
 from dragonfarm_core.judging.inputs import data_rows
 from dragonfarm_core.judging.inputs import prompts as run_prompts
+from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.pipelines.runner import Context, watch_run
 from dragonfarm_core.pipelines.steps import (
     EvaluateStep,
@@ -31,7 +32,6 @@ from dragonfarm_core.pipelines.steps import (
 )
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import Run, open_run
-from dragonfarm_core.evaluation.task_metrics import last_number, parse_json
 
 
 def _numbers(values: dict[str, Any] | None) -> dict[str, float]:

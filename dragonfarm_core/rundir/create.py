@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core import methods
-from dragonfarm_core.training import memory_estimate
 from dragonfarm_core.rundir import files, location
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from dragonfarm_core.spec import RunSpec, check_plain, is_run_folder, slugify
+from dragonfarm_core.training import memory_estimate
 
 SCHEMA = 1
 

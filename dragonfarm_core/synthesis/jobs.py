@@ -20,11 +20,11 @@ from typing import Any
 from dragonfarm_core.llm.base import LLM
 from dragonfarm_core.llm.descriptions import api_key_of, llm_from_description
 from dragonfarm_core.rundir import files, location
-from dragonfarm_core.synthesis.synthesize import synthesize
 from dragonfarm_core.synthesis.asking import PromptRow, prompt_rows
 from dragonfarm_core.synthesis.files import SynthesisError, SynthesizedDataset, open_synthesized
 from dragonfarm_core.synthesis.pairs import synthesize_pairs
 from dragonfarm_core.synthesis.quality import check_settings
+from dragonfarm_core.synthesis.synthesize import synthesize
 
 JOB_KINDS = ("synthesize", "synthesize_pairs")
 RESULT_FILE = "result.json"  # in the job folder: the file written, or why nothing was

@@ -137,9 +137,9 @@ def triage(run: Run | str | os.PathLike[str]) -> Triage | None:
 def retry(run: Run | str | os.PathLike[str], fix: Fix, wait: bool = False) -> Run:
     """Apply `fix`: a new run from `run`'s config with the fix's changes (next to it), or, for
     a resume fix, `run` resumed."""
-    from dragonfarm_core.training import train as training
     from dragonfarm_core.pipelines.steps import dataset_from_spec
     from dragonfarm_core.spec import RunSpec
+    from dragonfarm_core.training import train as training
 
     run = open_run(run)
     if fix.action == "resume":

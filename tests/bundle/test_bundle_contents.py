@@ -19,8 +19,8 @@ from results_fakes import bundled_run, good_results, write_zip
 
 import dragonfarm_core as dragon
 from dragonfarm_core.bundles import archive as bundle_zip
-from dragonfarm_core.cli import commands as cli
 from dragonfarm_core.bundles.results_check import RESULT_FILES
+from dragonfarm_core.cli import commands as cli
 from dragonfarm_core.rundir import files, launch
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -74,8 +74,12 @@ class FakeDatasetHub:
         if api and tail[0] == "tree":
             folder = "/".join(tail[2:]).strip("/")
             entries = [
-                {"type": "file", "path": name, "size": len(data),
-                 "oid": hashlib.sha1(data).hexdigest()}  # fmt: skip
+                {
+                    "type": "file",
+                    "path": name,
+                    "size": len(data),
+                    "oid": hashlib.sha1(data).hexdigest(),
+                }  # fmt: skip
                 for name, data in files.items()
                 if name.rpartition("/")[0] == folder
             ]

@@ -33,7 +33,14 @@ def wait_until_up(url, proc, log):
 @pytest.fixture
 def served_run(tiny_run, tmp_path):
     port, log = free_port(), tmp_path / "serve.log"
-    argv = [sys.executable, "-m", "dragonfarm_core.serve.server", str(tiny_run), "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "dragonfarm_core.serve.server",
+        str(tiny_run),
+        "--port",
+        str(port),
+    ]
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=out)
     url = f"http://127.0.0.1:{port}/v1"

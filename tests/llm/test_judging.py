@@ -10,7 +10,6 @@ import pytest
 from llm_fakes import FakeAnthropic, FakeOpenAI
 
 import dragonfarm_core as dragon
-from dragonfarm_core.judging.questions import REASK
 from dragonfarm_core.judging.judges import (
     Score,
     as_judge,
@@ -18,6 +17,7 @@ from dragonfarm_core.judging.judges import (
     describe_judge,
     score_replies,
 )
+from dragonfarm_core.judging.questions import REASK
 from dragonfarm_core.llm import Reply
 
 

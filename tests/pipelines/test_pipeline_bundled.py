@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.pipelines import record as pipeline_record
 from dragonfarm_core.export.merge import is_complete
+from dragonfarm_core.pipelines import record as pipeline_record
 from tests.llm.llm_fakes import FakeOpenAI
 from tests.pipelines.judges import longer_is_better
 

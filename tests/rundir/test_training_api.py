@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dragonfarm_core.training import train as training
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import RunFailedError
+from dragonfarm_core.training import train as training
 from dragonfarm_core.training.train import resume, train
 
 

@@ -24,10 +24,10 @@ from test_serve import serve_in_thread
 
 import dragonfarm_core as dragon
 from dragonfarm_core.auth import http_guard
-from dragonfarm_core.serve import server as serve
 from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.llamacpp.location import LlamaCppMissing
 from dragonfarm_core.llamacpp.server import LlamaServer
+from dragonfarm_core.serve import server as serve
 
 pytestmark = pytest.mark.slow
 

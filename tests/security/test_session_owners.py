@@ -11,8 +11,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from dragonfarm_core.auth import session_owners
-from dragonfarm_core.auth import visitors
+from dragonfarm_core.auth import session_owners, visitors
 
 
 def test_a_session_hash_is_its_first_owners():

@@ -20,8 +20,8 @@ from run_refs_scene import make_scene
 
 import dragonfarm_core as dragon
 from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.training.reinforcement import ReinforceArgs
 from dragonfarm_core.rundir import files, launch, location
+from dragonfarm_core.training.reinforcement import ReinforceArgs
 from ui import watch
 from ui.tabs import chat, evaluate, monitor, runs, train
 

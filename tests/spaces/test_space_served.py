@@ -20,8 +20,8 @@ import httpx
 from gradio_client import Client
 
 from dragonfarm_core.auth import visitors
-from dragonfarm_core.rundir import files, launch
 from dragonfarm_core.auth.visitors import COOKIE
+from dragonfarm_core.rundir import files, launch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
 from run_refs_scene import snapshot, write_run  # noqa: E402

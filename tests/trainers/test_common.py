@@ -10,18 +10,20 @@ import time
 import pytest
 import torch
 
-from dragonfarm_core.training import memory_estimate
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Hardware, SettingsError
 from dragonfarm_core.trainers import common, placement
 from dragonfarm_core.trainers.common import DataError, ModelLoadError, RunReporter
+from dragonfarm_core.training import memory_estimate
 
 
 def test_cpu_placement():
     auto = placement.resolve_placement(Hardware(device="cpu"))
     assert auto.device.type == "cpu"
     assert auto.dtype == torch.float32
-    assert placement.resolve_placement(Hardware(device="cpu", dtype="float32")).dtype_name == "float32"
+    assert (
+        placement.resolve_placement(Hardware(device="cpu", dtype="float32")).dtype_name == "float32"
+    )
 
 
 def write_shape(folder, hidden: int, layers: int, vocab: int):

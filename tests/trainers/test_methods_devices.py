@@ -17,9 +17,9 @@ from test_dpo import pairs_dataset, write_run
 from test_grpo import _create
 from trainer_fixtures import curves, on_devices, wait_for
 
-from dragonfarm_core.training import train as training
 from dragonfarm_core.rewards import reward
 from dragonfarm_core.rundir import files, launch
+from dragonfarm_core.training import train as training
 
 SAME_RUN = {"batch_size": 2, "max_steps": 6, "learning_rate": 3e-4, "save_steps": 100}
 

@@ -12,8 +12,8 @@ import psutil
 import pytest
 from trainer_fixtures import curves, on_devices, wait_for
 
-from dragonfarm_core.training import train as training
 from dragonfarm_core.rundir import files, launch
+from dragonfarm_core.training import train as training
 
 SAME_RUN = {"batch_size": 2, "max_seq_len": 128, "max_steps": 8, "learning_rate": 2e-3,
             "logging_steps": 1, "save_steps": 100}  # fmt: skip

@@ -17,8 +17,8 @@ import gradio as gr
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.synthesis import synthesize as synthesis
 from dragonfarm_core.rundir import files
+from dragonfarm_core.synthesis import synthesize as synthesis
 from tests.llm.llm_fakes import FakeOpenAI
 from ui import llm_form, pairs_panel, synthesis_watch, synthesize_panel
 

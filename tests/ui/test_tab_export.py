@@ -16,8 +16,8 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.export import merge as export
+from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.rundir import files
 from ui import llama_cpp_panel
 from ui.tabs import export as tab

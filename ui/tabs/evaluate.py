@@ -26,8 +26,8 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core.evaluation import evaluate as evaluation
 from dragonfarm_core.data.codegen import literal
+from dragonfarm_core.evaluation import evaluate as evaluation
 from dragonfarm_core.rundir import files, refs
 from ui import judge_panel, present, table_widths, watch
 from ui.context import AppContext

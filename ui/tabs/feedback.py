@@ -18,7 +18,6 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core.data.codegen import literal, runs_dir_argument
 from dragonfarm_core.chat.feedback_store import (
     EVENTS_FILE,
     damage_note,
@@ -28,6 +27,7 @@ from dragonfarm_core.chat.feedback_store import (
     read_events_checked,
     sft_rows,
 )
+from dragonfarm_core.data.codegen import literal, runs_dir_argument
 from ui import pairs_panel, present
 from ui.context import AppContext
 

@@ -41,10 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core import chat_template
-from dragonfarm_core.export.ollama import gotemplate
-from dragonfarm_core.export import merge as export
 from dragonfarm_core.export import jobs as export_jobs
-from dragonfarm_core.inference.ollama import DEFAULT_URL, OllamaBackend, backend_ollama
+from dragonfarm_core.export import merge as export
+from dragonfarm_core.export.ollama import gotemplate
 from dragonfarm_core.export.ollama.check import (
     FIXED_CONVERSATIONS,
     check_template,
@@ -52,7 +51,13 @@ from dragonfarm_core.export.ollama.check import (
     eval_conversations,
     load_tokenizer,
 )
-from dragonfarm_core.export.ollama.register import HTTP_TIMEOUT_S, explain, modelfile, parameters, register
+from dragonfarm_core.export.ollama.register import (
+    HTTP_TIMEOUT_S,
+    explain,
+    modelfile,
+    parameters,
+    register,
+)
 from dragonfarm_core.export.ollama.template import (
     EMBEDDED,
     OllamaExportError,
@@ -63,6 +68,7 @@ from dragonfarm_core.export.ollama.template import (
 from dragonfarm_core.export.ollama.template import (
     UnknownTemplateFamily as UnknownTemplateFamily,  # raised by serve_ollama: importable here
 )
+from dragonfarm_core.inference.ollama import DEFAULT_URL, OllamaBackend, backend_ollama
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.atomic import write_atomic
 from dragonfarm_core.rundir.run import Run, open_run
@@ -253,7 +259,8 @@ def result_of(run: Run, name: str, url: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = export_jobs.step_parser(
-        "dragonfarm_core.export.ollama.export", "Merge, export to GGUF and register a run with Ollama."
+        "dragonfarm_core.export.ollama.export",
+        "Merge, export to GGUF and register a run with Ollama.",
     )
     parser.add_argument("--name", default=None)
     parser.add_argument("--url", default=DEFAULT_URL)

@@ -30,7 +30,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from dragonfarm_core.export.ollama.gotemplate_funcs import FUNCTIONS, LAZY, GoTemplateError, text_of, truth
+from dragonfarm_core.export.ollama.gotemplate_funcs import (
+    FUNCTIONS,
+    LAZY,
+    GoTemplateError,
+    text_of,
+    truth,
+)
 from dragonfarm_core.export.ollama.gotemplate_parse import (
     Action,
     Call,
