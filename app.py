@@ -9,7 +9,7 @@ the names it is reached by through a proxy or from another machine.
 import argparse
 
 from dragonfarm_core.auth.http_guard import ALLOWED_HOSTS_HELP, FORWARDED_ALLOW_IPS_HELP
-from dragonfarm_core.profiles import profile_names
+from dragonfarm_core.auth.profiles import profile_names
 from ui.layout import launch
 
 

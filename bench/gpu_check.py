@@ -224,8 +224,8 @@ def peak_memory(dev: str, into: dict[str, Any]) -> Any:
 
 def token_lengths(model: Path, rows: list[list[dict]], max_seq_len: int) -> list[int]:
     """Each row's length in tokens as the trainer encodes it (cut at max_seq_len)."""
+    from dragonfarm_core.rundir.train_config import ModelSpec
     from dragonfarm_core.trainers import modeling, sft_data
-    from dragonfarm_core.trainers.config import ModelSpec
 
     tokenizer = modeling.load_tokenizer(ModelSpec(name="bench", base=str(model)))
     return list(sft_data.encode(tokenizer, rows, max_seq_len).lengths)
@@ -237,7 +237,7 @@ def train_flops(model: Path, lengths: list[int]) -> float:
     the frozen weights take no gradient; the adapters' own FLOPs are left out) plus causal
     attention, 2 q L a layer forward (half the score matrix, row length L) and twice that back.
     The LM head is counted at every position, where ours applies it only at learned ones."""
-    from dragonfarm_core.training.memory_estimate import Shape
+    from dragonfarm_core.memory_estimate import Shape
 
     shape = Shape.read(model)
     assert shape is not None
@@ -253,8 +253,8 @@ def arm_estimate(ctx: argparse.Namespace, model: Path, longest: int,
     """The preflight estimate (memory_estimate.parts_mib) of one of ours' SFT arms: its
     settings ((Hardware fields, TrainArgs fields)), the longest row as the batch length (a
     packed sequence's: max_seq_len)."""
-    from dragonfarm_core.trainers import allocator
-    from dragonfarm_core.training import memory_estimate
+    from dragonfarm_core import memory_estimate
+    from dragonfarm_core.rundir import allocator
 
     shape = memory_estimate.Shape.read(model)
     assert shape is not None

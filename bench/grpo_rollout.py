@@ -39,10 +39,10 @@ import torch  # noqa: E402
 
 from dragonfarm_core.chat_template import stop_ids  # noqa: E402
 from dragonfarm_core.models import bundled_model_path  # noqa: E402
+from dragonfarm_core.rundir.train_config import ModelSpec  # noqa: E402
 from dragonfarm_core.settings import Hardware, Lora  # noqa: E402
 from dragonfarm_core.trainers import grpo_rollout as rl  # noqa: E402
 from dragonfarm_core.trainers import modeling  # noqa: E402
-from dragonfarm_core.trainers.config import ModelSpec  # noqa: E402
 from dragonfarm_core.trainers.placement import resolve_placement  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "grpo_rollout.json"

@@ -29,8 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dragonfarm_core.rundir import files  # noqa: E402
-from dragonfarm_core.trainers import allocator  # noqa: E402  (no torch: ctypes only)
+from dragonfarm_core.rundir import allocator, files  # noqa: E402  (no torch: ctypes only)
 
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 TICKETS = ROOT / "assets" / "example_tickets.csv"

@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import dragonfarm_core as dragon  # noqa: E402
+from dragonfarm_core import memory_estimate as preflight  # noqa: E402
 from dragonfarm_core.models import bundled_model_path  # noqa: E402
-from dragonfarm_core.training import memory_estimate as preflight  # noqa: E402
 
 # (model, batch_size, max_seq_len, gradient_checkpointing, LoRA r, rows repeated to length)
 SETTINGS = [

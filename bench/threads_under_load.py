@@ -1,5 +1,5 @@
 """Training steps with other processes busy: torch's defaults (a thread per core, spinning
-OpenMP waits) against the trainer's policy (dragonfarm_core/trainers/threads.py: the idle
+OpenMP waits) against the trainer's policy (dragonfarm_core/rundir/threads.py: the idle
 cores, sleeping waits). Each arm is its own process (OpenMP reads its wait policy at start-up)
 running LoRA steps on the bundled model (batch 4 x 200 tokens), first with no extra load, then
 with `--hogs` busy-looping processes. Then chat's decode the same way, with no load and beside
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ARM = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
-from dragonfarm_core.trainers import threads
+from dragonfarm_core.rundir import threads
 policy = sys.argv[2] == "policy"
 if policy:
     threads.before_torch()

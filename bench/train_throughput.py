@@ -39,8 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dragonfarm_core.rundir import files  # noqa: E402
-from dragonfarm_core.trainers import allocator  # noqa: E402  (no torch: ctypes only)
+from dragonfarm_core.rundir import allocator, files  # noqa: E402  (no torch: ctypes only)
 
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 TICKETS = ROOT / "assets" / "example_tickets.csv"
@@ -147,7 +146,7 @@ class CountingCollator:
 
 def other_dtype(model: Path) -> str:
     """The CPU dtype that auto does not pick for this model."""
-    from dragonfarm_core.training.memory_estimate import Shape, cpu_weights_dtype
+    from dragonfarm_core.memory_estimate import Shape, cpu_weights_dtype
 
     shape = Shape.read(model)
     chosen = cpu_weights_dtype(shape.params() if shape else None)
@@ -231,8 +230,8 @@ def held_out_losses(model_dir: Path, adapters: dict[str, str], held_out: list[li
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    from dragonfarm_core.rundir.train_config import ModelSpec
     from dragonfarm_core.trainers import evaluation, modeling, sft_data
-    from dragonfarm_core.trainers.config import ModelSpec
 
     tokenizer = modeling.load_tokenizer(ModelSpec(name="bench", base=str(model_dir)))
     encoded = sft_data.encode(tokenizer, held_out, max_seq_len)

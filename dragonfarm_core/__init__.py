@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from dragonfarm_core.batches.jobs import LLMJob, start_judge
+from dragonfarm_core.batches.synthesis import start_synthesis
 from dragonfarm_core.bundles.bundle import bundle, pack_run
 from dragonfarm_core.bundles.remote import python_requirements, remote, remote_providers
 from dragonfarm_core.bundles.results_check import ResultsRefused
@@ -35,11 +37,9 @@ from dragonfarm_core.data import (
 from dragonfarm_core.environment import check
 from dragonfarm_core.evaluation.compare import compare
 from dragonfarm_core.evaluation.evaluate import EvaluationJob, evaluate, start_evaluation
-from dragonfarm_core.evaluation.task_metrics import metric_regex, metrics
 from dragonfarm_core.export.gguf import GGUFJob, check_export, export_gguf, start_export_gguf
 from dragonfarm_core.export.jobs import ExportJob
 from dragonfarm_core.export.merge import MergeJob, merge, start_merge
-from dragonfarm_core.export.ollama.export import serve_ollama, start_serve_ollama
 from dragonfarm_core.export.publishing import publish, start_publish
 from dragonfarm_core.inference import (
     Backend,
@@ -65,7 +65,7 @@ from dragonfarm_core.llm import (
     llm_local,
     llm_openai,
 )
-from dragonfarm_core.llm.jobs import LLMJob, start_judge
+from dragonfarm_core.memory_estimate import Estimate, PreflightError, preflight
 from dragonfarm_core.method_args import DpoArgs, GrpoArgs, PreferenceArgs
 from dragonfarm_core.models import (
     BUNDLED_MODEL_ID,
@@ -86,6 +86,7 @@ from dragonfarm_core.pipelines.pipeline import (
 from dragonfarm_core.pipelines.steps import steps
 from dragonfarm_core.recommended import Recommendation, recommended
 from dragonfarm_core.rewards import Reward, RewardError, reward
+from dragonfarm_core.rewards.task_metrics import metric_regex, metrics
 from dragonfarm_core.rundir.location import runs_dir, set_runs_dir
 from dragonfarm_core.rundir.run import Run, RunFailedError, open_run
 from dragonfarm_core.rundir.store import (
@@ -95,17 +96,16 @@ from dragonfarm_core.rundir.store import (
     runs,
     unarchive_run,
 )
+from dragonfarm_core.serve.ollama import serve_ollama, start_serve_ollama
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from dragonfarm_core.spec import RunSpec
 from dragonfarm_core.synthesis.files import open_synthesized
-from dragonfarm_core.synthesis.jobs import start_synthesis
 from dragonfarm_core.synthesis.synthesize import (
     SynthesisError,
     SynthesizedDataset,
     synthesize,
     synthesize_pairs,
 )
-from dragonfarm_core.training.memory_estimate import Estimate, PreflightError, preflight
 from dragonfarm_core.training.preference import prefer
 from dragonfarm_core.training.reinforcement import reinforce, test_rewards
 from dragonfarm_core.training.train import (

@@ -177,7 +177,7 @@ def check(runs_dir: str | os.PathLike[str] | None = None, verbose: bool = True) 
 
 def _profile() -> str:
     """The app's profile as DRAGONFARM_PROFILE selects it, and what it turns off."""
-    from dragonfarm_core.profiles import check_line, get_profile
+    from dragonfarm_core.auth.profiles import check_line, get_profile
 
     try:
         return check_line(get_profile())

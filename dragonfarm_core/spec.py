@@ -26,8 +26,8 @@ from dragonfarm_core import methods
 from dragonfarm_core.method_args import DpoArgs, GrpoArgs, PreferenceArgs
 from dragonfarm_core.recommended import recommended
 from dragonfarm_core.rundir import files
+from dragonfarm_core.rundir.train_config import extra_args
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs, from_dict, to_dict
-from dragonfarm_core.trainers.config import extra_args
 
 # Keys that hold credentials; config.json must name an environment variable instead.
 SECRET_KEY = re.compile(r"(api_?key|secret|password|(hf|hub|access|auth)_?token)$", re.IGNORECASE)

@@ -71,7 +71,7 @@ APP_FACING: dict[str, str] = {
     "dragonfarm_core.rewards": "the rewards builder: reward types and their names",
     "dragonfarm_core.rewards.checks": "the rewards builder: each reward type's options",
     "dragonfarm_core.rundir.store": "the Runs tab: which runs continue from a run, before delete",
-    "dragonfarm_core.profiles": "the deployment profile: what the pages may offer, where runs live",
+    "dragonfarm_core.auth.profiles": "the deployment profile: what the pages may offer, where runs live",
     "dragonfarm_core.auth.upload_disk": "the server: uploads capped as a whole, copies no run needs swept",
     "dragonfarm_core.auth.session_owners": "the server: a Gradio session and its uploads belong to the "
     "login or visitor that made them",

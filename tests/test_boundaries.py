@@ -66,7 +66,7 @@ BASE = {
     "dragonfarm_core/rundir/__init__.py": "",
     "dragonfarm_core/rundir/files.py": "import os\n",
     "dragonfarm_core/trainers/__init__.py": "",
-    "dragonfarm_core/trainers/config.py": "from dragonfarm_core.rundir import files\n",
+    "dragonfarm_core/rundir/train_config.py": "from dragonfarm_core.rundir import files\n",
     "dragonfarm_core/trainers/sft.py": "def main():\n    import torch\n    import peft\n",
     "dragonfarm_core/inference/__init__.py": "",
     "dragonfarm_core/inference/worker.py": "def load():\n    import transformers\n",
@@ -111,9 +111,9 @@ def test_a_tree_that_keeps_the_contract_passes(tmp_path: Path):
          "dragonfarm_core/models.py imports torch"),
         ({"ui__tab": "from transformers import AutoTokenizer\n"}, "ui/tab.py imports transformers"),
         ({"dragonfarm_core__trainers__config": "import trl\n",
-          "dragonfarm_core__models": "from dragonfarm_core.trainers.config import TrainConfig\n"},
+          "dragonfarm_core__models": "from dragonfarm_core.rundir.train_config import TrainConfig\n"},
          "dragonfarm_core/models.py imports trl (dragonfarm_core.models -> "
-         "dragonfarm_core.trainers.config -> trl)"),
+         "dragonfarm_core.rundir.train_config -> trl)"),
         ({"dragonfarm_core__models": "from .trainers import sft\n"},
          "dragonfarm_core/models.py imports torch (dragonfarm_core.models -> "
          "dragonfarm_core.trainers.sft -> torch)"),

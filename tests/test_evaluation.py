@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dragonfarm_core.evaluation.evaluate import Evaluation, evaluate, metric_name, named_metrics
-from dragonfarm_core.evaluation.task_metrics import metric_regex
+from dragonfarm_core.rewards.task_metrics import metric_regex
 from dragonfarm_core.rundir import files
 
 ROOT = Path(__file__).resolve().parents[1]

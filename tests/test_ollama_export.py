@@ -15,7 +15,6 @@ import pytest
 
 from dragonfarm_core import chat_template
 from dragonfarm_core.export.ollama import check as oc
-from dragonfarm_core.export.ollama import export as oe
 from dragonfarm_core.export.ollama import gotemplate
 from dragonfarm_core.export.ollama import register as orr
 from dragonfarm_core.export.ollama import template as ot
@@ -24,6 +23,7 @@ from dragonfarm_core.export.ollama.template import (
     TemplateMismatch,
     UnknownTemplateFamily,
 )
+from dragonfarm_core.serve import ollama as oe
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "tests" / "export_templates"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
+from dragonfarm_core import memory_estimate as preflight
 from dragonfarm_core.models import bundled_model_path
 from dragonfarm_core.rundir import files
-from dragonfarm_core.training import memory_estimate as preflight
 
 TICKETS = dict(prompt="{subject}\n\n{body}", response="reply")
 

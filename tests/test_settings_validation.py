@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
+from dragonfarm_core.rundir.train_config import ExtraArgs, extra_args
 from dragonfarm_core.settings import Lora, SettingsError, TrainArgs, check_numbers
-from dragonfarm_core.trainers.config import ExtraArgs, extra_args
 from dragonfarm_core.training.reinforcement import ReinforceArgs
 
 NUMERIC = {

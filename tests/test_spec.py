@@ -18,9 +18,9 @@ import dragonfarm_core as dragon
 from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import create, files
+from dragonfarm_core.rundir.train_config import SCHEDULERS
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs, to_dict
 from dragonfarm_core.spec import RunSpec
-from dragonfarm_core.trainers.config import SCHEDULERS
 
 IDENTIFIER = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True)
 REVISIONS = st.none() | IDENTIFIER

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
+from dragonfarm_core.batches import synthesis as synthesis_jobs
 from dragonfarm_core.codegen.run import code
 from dragonfarm_core.data.neardup import repeats
 from dragonfarm_core.llm import Reply
 from dragonfarm_core.rundir import files, launch
 from dragonfarm_core.synthesis import asking as synthesis_asking
 from dragonfarm_core.synthesis import files as synthesis_files
-from dragonfarm_core.synthesis import jobs as synthesis_jobs
 from dragonfarm_core.synthesis import synthesize as synthesis
 from dragonfarm_core.synthesis.quality import garbled
 from tests.llm.llm_fakes import FakeAnthropic, FakeOpenAI, isolated_runs_dir

@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from dragonfarm_core.evaluation.task_metrics import apply_metrics, metric_regex, metrics
+from dragonfarm_core.rewards.task_metrics import apply_metrics, metric_regex, metrics
 
 # `dragon.metrics` is the function; the module has to be fetched by its full name.
-metrics_module = importlib.import_module("dragonfarm_core.evaluation.task_metrics")
+metrics_module = importlib.import_module("dragonfarm_core.rewards.task_metrics")
 
 
 def test_doctests_pass():

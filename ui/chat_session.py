@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import dragonfarm_core as dragon
+from dragonfarm_core.auth.profiles import Profile
 from dragonfarm_core.auth.url_guard import private_url_refusal
 from dragonfarm_core.data.codegen import literal, runs_dir_argument
-from dragonfarm_core.profiles import Profile
 from ui import present
 
 KEY_ENV = "DRAGONFARM_BACKEND_API_KEY"  # where the code panel reads a key from; never the key

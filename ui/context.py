@@ -2,7 +2,7 @@
 
 Tabs never import each other. The few things they share are here: where runs live (per request:
 in the lab the logged-in user's folder, on a Space the visitor's, see `ui.per_user`), the
-deployment profile (policy the core defines in `dragonfarm_core.profiles`), and four pieces of
+deployment profile (policy the core defines in `dragonfarm_core.auth.profiles`), and four pieces of
 per-browser-session state (the loaded dataset, the mapped dataset, the chosen model and the
 selected run). A tab reads a state by listing it as
 an input and writes it by listing it as an output; each state has one writer, so changes never
@@ -19,7 +19,7 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core.profiles import Profile
+from dragonfarm_core.auth.profiles import Profile
 from dragonfarm_core.rundir.files import UPLOADS_DIR
 from ui import per_user
 

@@ -25,10 +25,10 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from dragonfarm_core.auth import http_guard, login_guard, upload_disk
+from dragonfarm_core.auth.profiles import Profile, get_profile, runs_dir_for
 from dragonfarm_core.auth.session_owners import SessionGuard
 from dragonfarm_core.auth.upload_caps import UploadCaps
 from dragonfarm_core.auth.visitors import VisitorCookie
-from dragonfarm_core.profiles import Profile, get_profile, runs_dir_for
 from ui import per_user, queue_panel
 from ui.context import new_context
 from ui.tabs import (

@@ -28,7 +28,7 @@ import gradio as gr
 from gradio.context import LocalContext
 
 from dragonfarm_core.auth import session_owners, visitors
-from dragonfarm_core.profiles import USERS_DIR, Profile, keep_private
+from dragonfarm_core.auth.profiles import USERS_DIR, Profile, keep_private
 from dragonfarm_core.rundir.files import UPLOADS_DIR
 
 # What a login profile's handlers bind at build time; never a folder anyone's runs are in.

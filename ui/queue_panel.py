@@ -20,7 +20,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from dragonfarm_core.profiles import Profile
+from dragonfarm_core.auth.profiles import Profile
 from dragonfarm_core.rundir import files, jobs, queue
 from ui import per_user
 

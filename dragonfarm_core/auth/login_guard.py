@@ -36,8 +36,8 @@ from dragonfarm_core.auth import users
 from dragonfarm_core.auth.http_guard import refuse
 from dragonfarm_core.auth.login_page import LOGIN_PAGE
 from dragonfarm_core.auth.login_throttle import LoginThrottle
+from dragonfarm_core.auth.profiles import Profile
 from dragonfarm_core.auth.session_owners import OWNER
-from dragonfarm_core.profiles import Profile
 
 LOGIN_PATHS = frozenset({"/login", "/login/"})
 LOGOUT_PATHS = frozenset({"/logout", "/logout/"})

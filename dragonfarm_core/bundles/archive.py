@@ -29,7 +29,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import dragonfarm_core
 from dragonfarm_core.bundles.notebook import notebook_text
 from dragonfarm_core.bundles.remote import python_requirements
 from dragonfarm_core.rundir import files
@@ -72,7 +71,7 @@ def _tree(folder: Path) -> Iterator[Path]:
 
 def _package_folder() -> Path:
     """The installed dragonfarm_core's folder (the files this process imports)."""
-    return Path(dragonfarm_core.__file__).resolve().parent
+    return Path(__file__).resolve().parents[1]
 
 
 def _remote_model(config: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[Path, str]]]:

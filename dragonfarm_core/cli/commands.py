@@ -30,6 +30,7 @@ from typing import Any
 
 import dragonfarm_core as dragon
 from dragonfarm_core.auth.http_guard import ALLOWED_HOSTS_HELP, FORWARDED_ALLOW_IPS_HELP
+from dragonfarm_core.auth.profiles import profile_names
 from dragonfarm_core.cli import pack as cli_pack
 from dragonfarm_core.cli import pipeline as cli_pipeline
 from dragonfarm_core.cli import talk as cli_talk
@@ -37,10 +38,9 @@ from dragonfarm_core.cli import train as cli_train
 from dragonfarm_core.cli import users as cli_users
 from dragonfarm_core.inference import InferenceError
 from dragonfarm_core.llamacpp import build as llama_cpp_build
-from dragonfarm_core.profiles import profile_names
 from dragonfarm_core.rundir import files, location
 
-DEFAULT_RUNS_DIR = "dragonfarm_runs"  # the local profile's (dragonfarm_core/profiles.py)
+DEFAULT_RUNS_DIR = "dragonfarm_runs"  # the local profile's (dragonfarm_core/auth/profiles.py)
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):

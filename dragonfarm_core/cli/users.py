@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.auth import users
-from dragonfarm_core.profiles import DEFAULT_LAB_ROOT, LAB_ROOT_ENV, lab_root_for
+from dragonfarm_core.auth.profiles import DEFAULT_LAB_ROOT, LAB_ROOT_ENV, lab_root_for
 
 
 def users_file(args: argparse.Namespace) -> Path:

@@ -29,11 +29,11 @@ from typing import Any
 
 import pandas as pd
 
-from dragonfarm_core.evaluation.task_metrics import apply_metrics
-from dragonfarm_core.evaluation.task_metrics import metrics as builtin_metrics
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rewards import runner
 from dragonfarm_core.rewards.scoring import REGEX_TIMEOUT_S
+from dragonfarm_core.rewards.task_metrics import apply_metrics
+from dragonfarm_core.rewards.task_metrics import metrics as builtin_metrics
 from dragonfarm_core.rundir import files, jobs, queue
 from dragonfarm_core.rundir.run import Run, open_run
 

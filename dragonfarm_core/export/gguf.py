@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.export import job_handle
 from dragonfarm_core.export import merge as export
 from dragonfarm_core.export.gguf_files import (
     CHECK_SUFFIX,
@@ -41,7 +40,6 @@ from dragonfarm_core.export.gguf_files import (
     normalize_quant,
     read_check,
 )
-from dragonfarm_core.export.job_handle import JobHandle, ended_without, wait_or_stop, wait_status
 from dragonfarm_core.llamacpp.location import (
     QUANTIZE,
     SERVER,
@@ -49,7 +47,8 @@ from dragonfarm_core.llamacpp.location import (
     LlamaCppMissing,
     find_llama_cpp,
 )
-from dragonfarm_core.rundir import files, jobs, location, queue
+from dragonfarm_core.rundir import files, job_handle, jobs, location, queue
+from dragonfarm_core.rundir.job_handle import JobHandle, ended_without, wait_or_stop, wait_status
 from dragonfarm_core.rundir.run import Run, open_run
 
 __all__ = [

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.export import job_handle
-from dragonfarm_core.export.job_handle import JobHandle, ended_without, wait_status
-from dragonfarm_core.rundir import files, jobs
+from dragonfarm_core.rundir import files, job_handle, jobs
+from dragonfarm_core.rundir.job_handle import JobHandle, ended_without, wait_status
 from dragonfarm_core.rundir.run import Run
 
 RESULT = "result.json"

@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.export import job_handle
-from dragonfarm_core.export.job_handle import JobHandle, ended_without, wait_or_stop, wait_status
-from dragonfarm_core.rundir import files, jobs, queue
+from dragonfarm_core.rundir import files, job_handle, jobs, queue
+from dragonfarm_core.rundir.job_handle import JobHandle, ended_without, wait_or_stop, wait_status
 from dragonfarm_core.rundir.run import Run, open_run
 
 JOB_KIND = "merge"

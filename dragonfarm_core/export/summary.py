@@ -71,7 +71,7 @@ def summary(run: Run | str | os.PathLike[str]) -> ExportSummary:
     """What the run's merge, GGUF export, Ollama registration and publish left behind."""
     from dragonfarm_core.export import publishing
     from dragonfarm_core.export.ollama import check as ollama_check
-    from dragonfarm_core.export.ollama import export as ollama_export
+    from dragonfarm_core.export.ollama import register as ollama_export
 
     run = open_run(run)
     merged = export.merged_model(run)

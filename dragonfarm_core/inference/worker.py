@@ -114,7 +114,7 @@ def cpu_half_dtype() -> Any:
     one-row steps) on a CPU with bf16 instructions, float16 on others (worker_decode)."""
     import torch
 
-    from dragonfarm_core.training.memory_estimate import cpu_has_bf16
+    from dragonfarm_core.memory_estimate import cpu_has_bf16
 
     return torch.bfloat16 if cpu_has_bf16() else torch.float16
 
@@ -222,7 +222,7 @@ class Models:
 
     def size(self, base: str) -> int | None:
         """The base model's parameter count from its config.json; None when it has none."""
-        from dragonfarm_core.training.memory_estimate import Shape
+        from dragonfarm_core.memory_estimate import Shape
 
         if base not in self.sizes:
             shape = Shape.read(base)

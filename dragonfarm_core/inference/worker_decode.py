@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from dragonfarm_core.inference.worker_step import ROW_COPIES, DecodeStep, base_model
-from dragonfarm_core.trainers.threads import OtherLoad
+from dragonfarm_core.rundir.threads import OtherLoad
 
 # transformers' own default when a generation_config sets no top_k (GenerationConfig fills it
 # in for sampling): the worker's replies were drawn with it before this loop existed.

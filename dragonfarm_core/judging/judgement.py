@@ -32,9 +32,9 @@ import pandas as pd
 from dragonfarm_core.judging import judges as judging
 from dragonfarm_core.judging.inputs import Row, generate_replies, opponent_of, rows_to_judge
 from dragonfarm_core.judging.summary import judge_label, pairwise_summary, rubric_summary
-from dragonfarm_core.llm.jobs import run_home
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import Run, open_run
+from dragonfarm_core.rundir.store import run_home
 
 SCHEMA = 1
 # (done, total, stage): stage is "generating" or "judging".

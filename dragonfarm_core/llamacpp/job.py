@@ -25,10 +25,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from dragonfarm_core.export.job_handle import JobHandle, ended_without, wait_status
 from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.llamacpp.build import LlamaCppBuildError, build_llama_cpp
 from dragonfarm_core.rundir import files, jobs
+from dragonfarm_core.rundir.job_handle import JobHandle, ended_without, wait_status
 
 JOB_KIND = "llamacpp"
 # The compile steps in the log: ninja's "[40/216] Building CXX ...", make's "[ 40%] Building ...".

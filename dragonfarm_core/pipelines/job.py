@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.llm.job_child import Scrubbed, read_keys
+from dragonfarm_core.batches.child import Scrubbed, read_keys
 from dragonfarm_core.pipelines import record as record_io
-from dragonfarm_core.pipelines.runner import Context, first_unfinished, run_steps, steps_of
+from dragonfarm_core.pipelines.context import Context
+from dragonfarm_core.pipelines.runner import first_unfinished, run_steps, steps_of
 from dragonfarm_core.rundir import jobs, location
 
 

@@ -1,6 +1,6 @@
 """The built-in verifiable rewards: pure functions that score one completion in [0, 1].
 
-exact, contains and numeric are the metrics of the same name (`dragonfarm_core.evaluation.task_metrics`), so a
+exact, contains and numeric are the metrics of the same name (`dragonfarm_core.rewards.task_metrics`), so a
 reward and the evaluation metric that reports it can never disagree. The others read their
 settings from the `Reward` that names them; `scoring.py` does the dispatch.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from dragonfarm_core.evaluation.task_metrics import contains, exact, numeric, parse_json
+from dragonfarm_core.rewards.task_metrics import contains, exact, numeric, parse_json
 
 __all__ = [
     "contains",

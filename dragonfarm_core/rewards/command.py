@@ -25,9 +25,9 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dragonfarm_core.evaluation.task_metrics import last_number
 from dragonfarm_core.rewards import runner
 from dragonfarm_core.rewards.errors import RewardError
+from dragonfarm_core.rewards.task_metrics import last_number
 
 COMPLETION_FILE_TOKEN = runner.COMPLETION_FILE_TOKEN
 COMPLETION_FILE_NAME = runner.COMPLETION_FILE_NAME

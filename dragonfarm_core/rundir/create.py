@@ -19,11 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core import methods
+from dragonfarm_core import memory_estimate, methods
 from dragonfarm_core.rundir import files, location
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from dragonfarm_core.spec import RunSpec, check_plain, is_run_folder, slugify
-from dragonfarm_core.training import memory_estimate
 
 SCHEMA = 1
 

@@ -165,7 +165,7 @@ def _locate(run: Any, runs_dir: Any, archived: bool) -> Path:
         ) from None
 
 
-def _home(run_dir: Path) -> Path:
+def run_home(run_dir: Path) -> Path:
     """The runs directory a run belongs to (an archived run's is two levels up)."""
     parent = run_dir.parent
     return parent.parent if parent.name == files.ARCHIVED_DIR else parent
@@ -173,7 +173,7 @@ def _home(run_dir: Path) -> Path:
 
 def dependents(run_dir: Path) -> list[str]:
     """Ids of runs (archived ones included) that continue from this one or load its adapter."""
-    home, out = _home(run_dir), []
+    home, out = run_home(run_dir), []
     for root in (home, home / files.ARCHIVED_DIR):
         for child in sorted(root.iterdir()) if root.is_dir() else []:
             if child == run_dir or not files.is_run_dir(child):

@@ -29,8 +29,7 @@ import traceback
 from pathlib import Path
 
 from dragonfarm_core.methods import method
-from dragonfarm_core.rundir import disk, files, launch, queue
-from dragonfarm_core.trainers import allocator, threads
+from dragonfarm_core.rundir import allocator, disk, files, launch, queue, threads
 from dragonfarm_core.trainers.log_noise import quiet_library_noise
 
 TRAINER_MODULE_ENV = "DRAGONFARM_TRAINER_MODULE"

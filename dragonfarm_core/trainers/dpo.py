@@ -30,9 +30,10 @@ import torch
 import torch.nn.functional as F
 
 from dragonfarm_core.method_args import DPO_LOSSES, DpoArgs
-from dragonfarm_core.trainers import allocator, lifecycle, modeling, pref_data, trl_run
+from dragonfarm_core.rundir import allocator
+from dragonfarm_core.rundir.train_config import load_config
+from dragonfarm_core.trainers import lifecycle, modeling, pref_data, trl_run
 from dragonfarm_core.trainers.common import reported_run
-from dragonfarm_core.trainers.config import load_config
 from dragonfarm_core.trainers.placement import resolve_placement
 from dragonfarm_core.trainers.pref_data import EncodedPairs, PairScores
 from dragonfarm_core.trainers.sft_data import IGNORE

@@ -25,7 +25,7 @@ from typing import Any
 
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import files, jobs
-from dragonfarm_core.trainers.config import TrainConfig, load_config
+from dragonfarm_core.rundir.train_config import TrainConfig, load_config
 from dragonfarm_core.trainers.log_noise import quiet_library_noise
 
 # The modules that import torch are imported inside the functions below: as a queued trainer

@@ -32,11 +32,11 @@ from typing import Any
 
 from dragonfarm_core.chat_template import stop_ids
 from dragonfarm_core.rewards import Reward, RewardErrors, reward_names
-from dragonfarm_core.rundir import files
-from dragonfarm_core.trainers import allocator, lifecycle, modeling, trl_run
+from dragonfarm_core.rundir import allocator, files
+from dragonfarm_core.rundir.train_config import load_config
 from dragonfarm_core.trainers import grpo_rollout as rl
+from dragonfarm_core.trainers import lifecycle, modeling, trl_run
 from dragonfarm_core.trainers.common import reported_run
-from dragonfarm_core.trainers.config import load_config
 from dragonfarm_core.trainers.placement import processes_note, resolve_placement
 from dragonfarm_core.training.reinforcement import ReinforceArgs
 

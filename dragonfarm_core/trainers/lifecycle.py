@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.rundir.status_schema import FINISHING
+from dragonfarm_core.rundir.train_config import TrainConfig
 from dragonfarm_core.trainers import checkpoint, modeling
 from dragonfarm_core.trainers.batching import StepPlan, plan_steps
 from dragonfarm_core.trainers.common import RunReporter, TrainState
-from dragonfarm_core.trainers.config import TrainConfig
 from dragonfarm_core.trainers.placement import Placement, process_count
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from dragonfarm_core.export import merge as export
 from dragonfarm_core.rundir import files, jobs
-from dragonfarm_core.trainers.config import TrainConfig, load_config
+from dragonfarm_core.rundir.train_config import TrainConfig, load_config
 
 # How many held-out prompts the check decodes, and how far.
 CHECK_PROMPTS = 4

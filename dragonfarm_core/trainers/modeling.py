@@ -13,12 +13,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from dragonfarm_core import memory_estimate
+from dragonfarm_core.rundir.train_config import ModelSpec
 from dragonfarm_core.settings import Lora, SettingsError
 from dragonfarm_core.trainers.common import ModelLoadError
-from dragonfarm_core.trainers.config import ModelSpec
 from dragonfarm_core.trainers.placement import Placement
 from dragonfarm_core.trainers.sft_data import IGNORE
-from dragonfarm_core.training import memory_estimate
 
 LOAD_ERRORS = (OSError, ValueError, KeyError, ImportError)
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from dragonfarm_core.memory_estimate import Shape, cpu_weights_dtype
 from dragonfarm_core.settings import Hardware, SettingsError
-from dragonfarm_core.training.memory_estimate import Shape, cpu_weights_dtype
 
 # oneDNN (torch's bf16 matmuls on a CPU) caches a kernel per matmul shape, 1,024 of them by
 # default. Capped at 16, a bf16 run on the bundled model peaked at 1,012 MiB instead of 1,394

@@ -25,11 +25,11 @@ from dragonfarm_core.chat_template import ROLES
 from dragonfarm_core.method_args import PreferenceArgs
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.rundir import files
+from dragonfarm_core.rundir.train_config import TrainConfig
 from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers import sft_data
 from dragonfarm_core.trainers.batching import collate, sorted_batches
 from dragonfarm_core.trainers.common import DataError, RunReporter, TrainState
-from dragonfarm_core.trainers.config import TrainConfig
 from dragonfarm_core.trainers.evaluation import add_before, generate_samples
 from dragonfarm_core.trainers.modeling import learned_losses
 from dragonfarm_core.trainers.placement import Placement, processes_note

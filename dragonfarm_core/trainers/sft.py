@@ -28,13 +28,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dragonfarm_core import memory_estimate
+from dragonfarm_core.rundir.train_config import load_config
 from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.trainers import evaluation, lifecycle, modeling, sft_data, trl_run
 from dragonfarm_core.trainers.common import reported_run
-from dragonfarm_core.trainers.config import load_config
 from dragonfarm_core.trainers.placement import processes_note, resolve_placement
 from dragonfarm_core.trainers.sft_data import Encoded
-from dragonfarm_core.training import memory_estimate
 
 
 def learned_positions_loss(trainer_class: type, kept_per_token: float | None) -> type:

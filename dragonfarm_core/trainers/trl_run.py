@@ -35,10 +35,10 @@ from typing import Any
 from transformers import TrainerCallback
 
 from dragonfarm_core.rundir import files
+from dragonfarm_core.rundir.train_config import TrainConfig
 from dragonfarm_core.trainers import checkpoint
 from dragonfarm_core.trainers.batching import PAD_MULTIPLE
 from dragonfarm_core.trainers.common import RunReporter, Stopwatch, TrainState
-from dragonfarm_core.trainers.config import TrainConfig
 from dragonfarm_core.trainers.placement import Placement, process_count
 
 RUN_STATE = "dragonfarm_state.json"  # in each checkpoint: TrainState and the run's settings

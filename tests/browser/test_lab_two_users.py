@@ -14,8 +14,8 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from dragonfarm_core.auth import users
+from dragonfarm_core.auth.profiles import USERS_DIR
 from dragonfarm_core.models import bundled_model_path
-from dragonfarm_core.profiles import USERS_DIR
 from tests.browser.conftest import serve_app
 
 WAIT_MS = 30_000

@@ -250,7 +250,7 @@ def test_one_row_on_row_copies_decodes_on_the_cores_others_leave_idle(monkeypatc
     where nothing watches the load, the idle ones where the worker does."""
     from dragonfarm_core.inference import worker_decode
     from dragonfarm_core.inference.worker_step import add_row_copies
-    from dragonfarm_core.trainers import threads
+    from dragonfarm_core.rundir import threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     model = AutoModelForCausalLM.from_pretrained(bundled_model_path(), dtype=torch.float32)

@@ -20,10 +20,10 @@ from inference_fakes import REPLY, FakeOllama, free_port
 
 import dragonfarm_core as dragon
 from dragonfarm_core.export import merge as export
-from dragonfarm_core.export.ollama import export as oe
 from dragonfarm_core.export.ollama import template as ot
 from dragonfarm_core.inference import Sampling
 from dragonfarm_core.rundir import files
+from dragonfarm_core.serve import ollama as oe
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"

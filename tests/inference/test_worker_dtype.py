@@ -15,7 +15,7 @@ from dragonfarm_core.inference import worker, worker_step  # noqa: E402
 from dragonfarm_core.inference.protocol import Sampling  # noqa: E402
 from dragonfarm_core.inference.target import resolve_target  # noqa: E402
 from dragonfarm_core.inference.worker_decode import NonFiniteLogits, decode  # noqa: E402
-from dragonfarm_core.training.memory_estimate import Shape  # noqa: E402
+from dragonfarm_core.memory_estimate import Shape  # noqa: E402
 
 
 class Sink:
@@ -52,7 +52,7 @@ def test_the_half_precision_is_bfloat16_with_row_copies_where_the_cpu_has_bf16(
 ):
     """With bf16 instructions the prompt and batches run in bfloat16 and one row reads float16
     copies (worker_step.add_row_copies); without them float16 does both."""
-    from dragonfarm_core.training import memory_estimate
+    from dragonfarm_core import memory_estimate
 
     real = memory_estimate.cpu_has_bf16
     for flags, want in (("avx512f avx512_bf16", torch.bfloat16), ("avx512f", torch.float16)):

@@ -1,4 +1,4 @@
-"""Judge batches as jobs (dragonfarm_core.llm.jobs): the child rebuilds the judge from its
+"""Judge batches as jobs (dragonfarm_core.batches.jobs): the child rebuilds the judge from its
 description, generates through the local backend (the stand-in worker, tests/inference/
 fake_worker.py, which echoes the prompt) and asks the fake Claude server; progress, result and
 cancel through the one job runner."""
@@ -15,8 +15,8 @@ from judge_runs import make_run, sft_row
 from llm_fakes import FakeAnthropic, FakeOpenAI
 
 import dragonfarm_core as dragon
+from dragonfarm_core.batches import jobs as llm_jobs
 from dragonfarm_core.llm import descriptions as llm_descriptions
-from dragonfarm_core.llm import jobs as llm_jobs
 from dragonfarm_core.rundir import files
 
 TESTS = Path(__file__).resolve().parents[1]

@@ -25,9 +25,9 @@ import httpx
 import pandas as pd
 
 import dragonfarm_core as dragon
+from dragonfarm_core.auth.profiles import get_profile
 from dragonfarm_core.method_args import ReinforceArgs
 from dragonfarm_core.models import ResolvedModel
-from dragonfarm_core.profiles import get_profile
 from dragonfarm_core.rewards import RewardError, RewardErrors, score
 from ui.layout import build_app
 from ui.settings_form import shown_fields

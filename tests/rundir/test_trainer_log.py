@@ -8,11 +8,10 @@ import textwrap
 import warnings
 from pathlib import Path
 
-from dragonfarm_core.rundir import files, queue
+from dragonfarm_core.rundir import allocator, files, queue
 from dragonfarm_core.rundir.create import create_run
 from dragonfarm_core.rundir.launch import start_run
 from dragonfarm_core.rundir.run import Run
-from dragonfarm_core.trainers import allocator
 from dragonfarm_core.trainers.log_noise import quiet_library_noise
 
 NOISE = (
@@ -66,7 +65,7 @@ def test_train_log_has_no_library_noise_and_names_the_device(
 MALLOC_TRAINER = """
 import json, os
 import fake_trainer
-from dragonfarm_core.trainers import allocator
+from dragonfarm_core.rundir import allocator
 
 def main(run_dir):
     seen = {"pid": os.getpid(), "malloc": allocator.allocator_in_use(),

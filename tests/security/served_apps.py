@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dragonfarm_core.profiles import get_profile
+from dragonfarm_core.auth.profiles import get_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90

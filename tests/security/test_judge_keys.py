@@ -19,7 +19,7 @@ from judge_runs import make_run, sft_row  # noqa: E402
 from llm_fakes import FakeAnthropic  # noqa: E402
 
 import dragonfarm_core as dragon  # noqa: E402
-from dragonfarm_core.llm import jobs as llm_jobs  # noqa: E402
+from dragonfarm_core.batches import jobs as llm_jobs  # noqa: E402
 from dragonfarm_core.rundir import location  # noqa: E402
 
 TYPED = "sk-ant-typed-canary-3c9e71"

@@ -23,10 +23,9 @@ import httpx
 import pytest
 import served_apps
 
-from dragonfarm_core import profiles
-from dragonfarm_core.auth import users
+from dragonfarm_core.auth import profiles, users
 from dragonfarm_core.auth.login_throttle import FIRST_LOCK_S, FREE_PER_ADDRESS, FREE_PER_NAME
-from dragonfarm_core.profiles import Profile, get_profile
+from dragonfarm_core.auth.profiles import Profile, get_profile
 
 PASSWORD = {name: f"{name}-password-123" for name in ("alice", "bob", "carol", "dave")}
 HEADER = "X-Forwarded-User"

@@ -17,7 +17,7 @@ import pytest
 from run_refs_scene import snapshot, write_run
 
 from dragonfarm_core.auth import users
-from dragonfarm_core.profiles import LAB_ROOT_ENV, Profile, get_profile
+from dragonfarm_core.auth.profiles import LAB_ROOT_ENV, Profile, get_profile
 from dragonfarm_core.rundir import files, jobs, launch, queue
 from ui import per_user, queue_panel
 

@@ -20,9 +20,8 @@ import pytest
 import served_apps
 from run_refs_scene import write_run
 
-from dragonfarm_core import profiles
-from dragonfarm_core.auth import users
-from dragonfarm_core.profiles import Profile, get_profile
+from dragonfarm_core.auth import profiles, users
+from dragonfarm_core.auth.profiles import Profile, get_profile
 from ui import per_user
 
 PASSWORD = {name: f"{name}-password-123" for name in ("alice", "bob")}

@@ -19,7 +19,7 @@ import httpx
 from served_apps import free_port
 
 from dragonfarm_core.auth import upload_disk
-from dragonfarm_core.profiles import get_profile
+from dragonfarm_core.auth.profiles import get_profile
 from ui import layout
 
 MB = 1024 * 1024

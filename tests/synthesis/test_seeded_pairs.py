@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
+from dragonfarm_core.batches import synthesis as synthesis_jobs
 from dragonfarm_core.inference import Sampling
 from dragonfarm_core.rundir import files
-from dragonfarm_core.synthesis import jobs as synthesis_jobs
 from tests.llm.llm_fakes import isolated_runs_dir
 
 

@@ -8,7 +8,7 @@ import sys
 
 PROBE = """
 import ctypes, ctypes.util
-from dragonfarm_core.trainers import allocator
+from dragonfarm_core.rundir import allocator
 
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
@@ -44,7 +44,7 @@ def test_a_large_block_comes_from_the_heap_and_stays_there():
 
 
 def test_the_fast_allocator_is_added_to_ld_preload_once_and_system_turns_it_off(monkeypatch):
-    from dragonfarm_core.trainers import allocator
+    from dragonfarm_core.rundir import allocator
 
     monkeypatch.delenv(allocator.ALLOCATOR_ENV, raising=False)
     library = allocator.fast_allocator()

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dragonfarm_core.rundir.train_config import ModelSpec
 from dragonfarm_core.settings import Lora, SettingsError
 from dragonfarm_core.trainers import checkpoint, modeling
 from dragonfarm_core.trainers.common import TrainState
-from dragonfarm_core.trainers.config import ModelSpec
 from dragonfarm_core.trainers.placement import Placement
 
 CONFIG = {"model": {"base": "tiny"}, "lora": {"r": 4}, "args": {"seed": 1}}

@@ -10,11 +10,11 @@ import time
 import pytest
 import torch
 
+from dragonfarm_core import memory_estimate
 from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import Hardware, SettingsError
 from dragonfarm_core.trainers import common, placement
 from dragonfarm_core.trainers.common import DataError, ModelLoadError, RunReporter
-from dragonfarm_core.training import memory_estimate
 
 
 def test_cpu_placement():

@@ -8,8 +8,8 @@ import pytest
 from trainer_fixtures import liger_installed
 
 from dragonfarm_core.rundir import files
+from dragonfarm_core.rundir.train_config import ExtraArgs, extra_args, load_config
 from dragonfarm_core.settings import SettingsError
-from dragonfarm_core.trainers.config import ExtraArgs, extra_args, load_config
 
 
 def test_extra_defaults_and_values():

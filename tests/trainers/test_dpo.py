@@ -19,10 +19,10 @@ from trainer_fixtures import support_conversations
 import dragonfarm_core as dragon
 from dragonfarm_core.rundir import create, files
 from dragonfarm_core.rundir.run import Run
+from dragonfarm_core.rundir.train_config import ModelSpec, load_config
 from dragonfarm_core.settings import Lora, SettingsError
 from dragonfarm_core.trainers import dpo, modeling, pref_data, sft
 from dragonfarm_core.trainers.common import DataError
-from dragonfarm_core.trainers.config import ModelSpec, load_config
 from dragonfarm_core.trainers.placement import Placement
 from dragonfarm_core.trainers.sft_data import IGNORE
 

@@ -19,11 +19,11 @@ from dragonfarm_core.chat_template import stop_ids
 from dragonfarm_core.data import dataset
 from dragonfarm_core.rewards import Reward, reward
 from dragonfarm_core.rundir import create, files
+from dragonfarm_core.rundir.train_config import ModelSpec
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from dragonfarm_core.trainers import grpo, modeling
 from dragonfarm_core.trainers import grpo_rollout as rl
 from dragonfarm_core.trainers.common import DataError
-from dragonfarm_core.trainers.config import ModelSpec
 from dragonfarm_core.trainers.placement import Placement
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,10 +16,10 @@ from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from dragonfarm_core.models import bundled_model_path
+from dragonfarm_core.rundir.train_config import ModelSpec
 from dragonfarm_core.settings import Lora
 from dragonfarm_core.trainers import grpo, modeling
 from dragonfarm_core.trainers import grpo_rollout as rl
-from dragonfarm_core.trainers.config import ModelSpec
 from dragonfarm_core.trainers.placement import Placement
 
 GROUP, COMPLETION = 4, 12

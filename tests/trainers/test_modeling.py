@@ -6,11 +6,11 @@ import pytest
 import torch
 from trainer_fixtures import support_conversations
 
+from dragonfarm_core.rundir.train_config import ModelSpec
 from dragonfarm_core.settings import Lora, SettingsError
 from dragonfarm_core.trainers import modeling, sft_data
 from dragonfarm_core.trainers.batching import collate
 from dragonfarm_core.trainers.common import ModelLoadError
-from dragonfarm_core.trainers.config import ModelSpec
 from dragonfarm_core.trainers.placement import Placement
 
 CPU32 = Placement(torch.device("cpu"), torch.float32)

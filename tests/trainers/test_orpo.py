@@ -11,9 +11,9 @@ from test_dpo import _read_back, pairs_dataset, sft_dataset, support_pairs, writ
 
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import Run
+from dragonfarm_core.rundir.train_config import ModelSpec
 from dragonfarm_core.settings import Lora
 from dragonfarm_core.trainers import modeling, orpo, pref_data, sft
-from dragonfarm_core.trainers.config import ModelSpec
 from dragonfarm_core.trainers.placement import Placement
 
 

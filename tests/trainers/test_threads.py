@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from dragonfarm_core.trainers import threads
+from dragonfarm_core.rundir import threads
 
 
 @pytest.mark.parametrize(("busy_percent", "expected"), [(0.0, 2), (40.0, 1), (100.0, 1)])

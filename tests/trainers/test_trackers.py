@@ -8,8 +8,9 @@ import json
 
 import pytest
 
+from dragonfarm_core.rundir import train_config as config
 from dragonfarm_core.settings import SettingsError
-from dragonfarm_core.trainers import config, sft
+from dragonfarm_core.trainers import sft
 
 
 def test_trackers_and_noise_are_checked_before_a_run_starts(monkeypatch):

@@ -8,7 +8,7 @@ import gradio as gr
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.profiles import get_profile, runs_dir_for
+from dragonfarm_core.auth.profiles import get_profile, runs_dir_for
 from ui import layout
 
 

@@ -4,7 +4,7 @@ with the changes that would fit when they do not (the same sentence Start would 
 from __future__ import annotations
 
 import dragonfarm_core as dragon
-from dragonfarm_core.training import memory_estimate
+from dragonfarm_core import memory_estimate
 from ui import memory_line
 
 TICKETS = dict(prompt="{subject}\n\n{body}", response="reply")

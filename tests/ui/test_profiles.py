@@ -12,8 +12,9 @@ import pytest
 from test_tab_train import reward_values, with_values  # the Train tab's widget values
 
 import dragonfarm_core as dragon
-from dragonfarm_core import environment, profiles
-from dragonfarm_core.profiles import get_profile
+from dragonfarm_core import environment
+from dragonfarm_core.auth import profiles
+from dragonfarm_core.auth.profiles import get_profile
 from ui import layout, rewards_builder
 from ui.tabs import train
 

@@ -1,6 +1,6 @@
 """The Data tab's Synthesize section and the Feedback tab's pairs from a run's own samples
 (ui.synthesize_panel, ui.pairs_panel, ui.synthesis_watch, ui.llm_form):
-handlers called directly, the jobs real (`python -m dragonfarm_core.llm.jobs`), the teacher,
+handlers called directly, the jobs real (`python -m dragonfarm_core.batches.jobs`), the teacher,
 student and judge local HTTP servers spoken to through the official clients.
 
 A key typed into the password field must reach the server and nothing else: not the code

@@ -360,7 +360,7 @@ def test_a_shared_app_reaches_no_private_address_unless_the_admin_allows_it(
     shared, run, chat_model, runs_dir, monkeypatch
 ):
     from dragonfarm_core.auth import url_guard
-    from dragonfarm_core.profiles import get_profile
+    from dragonfarm_core.auth.profiles import get_profile
 
     monkeypatch.delenv(url_guard.ALLOW_ENV, raising=False)
     profile = get_profile(shared, runs_dir / "lab")

@@ -16,9 +16,9 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
+from dragonfarm_core.auth.profiles import Profile
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.environment import format_check
-from dragonfarm_core.profiles import Profile
 from ui import per_user, present
 from ui.context import AppContext
 

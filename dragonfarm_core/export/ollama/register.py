@@ -15,6 +15,12 @@ from dragonfarm_core.export.ollama.template import OllamaExportError, OllamaTemp
 from dragonfarm_core.rundir import files
 
 # How long one HTTP read may take: the blob upload of a large GGUF, Ollama's create.
+# A run's Ollama files: <run>/ollama/Modelfile and the template check's record beside it.
+OLLAMA_DIR = "ollama"
+MODELFILE = "Modelfile"
+CHECK_FILE = "template_check.json"
+# What was registered last (name, url, GGUF), for the Export tab and a later session.
+REGISTERED = "registered.json"
 HTTP_TIMEOUT_S = 600.0
 # Ollama's own default context is 4096 (2048 in older releases); a model trained for less is
 # given its own, a long-context model no more than this (its KV cache grows with it).

@@ -5,7 +5,7 @@
     result = job.result()                                                # the Judgement
 
 The launcher writes the job's spec.json (the work's arguments; every LLM as its `describe()`,
-which never holds a key) into the job folder and starts `python -m dragonfarm_core.llm.jobs
+which never holds a key) into the job folder and starts `python -m dragonfarm_core.batches.jobs
 JOB_DIR` through the one job runner (`rundir.jobs`). A key (typed in the app, or read from the
 app's environment, which the allow-listed child environment does not pass) is handed to the
 child on its stdin, as JSON, and kept in its memory only: never in argv, the environment, a
@@ -31,11 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dragonfarm_core.batches.child import JUDGE_KIND, KINDS, SPEC, run_child
+from dragonfarm_core.batches.synthesis import job_result
+from dragonfarm_core.judging.judgement import check_judgeable, read_judgement
 from dragonfarm_core.llm import LLM
 from dragonfarm_core.llm.descriptions import api_key_of, llm_from_description
-from dragonfarm_core.llm.job_child import JUDGE_KIND, KINDS, SPEC, run_child
 from dragonfarm_core.rundir import files, jobs, location, queue
 from dragonfarm_core.rundir.run import Run, open_run
+from dragonfarm_core.rundir.store import run_home
 
 CANCEL_TIMEOUT_S = 10.0
 
@@ -100,17 +103,11 @@ class LLMJob:
 
 
 def _command(job_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "dragonfarm_core.llm.jobs", str(job_dir)]
+    return [sys.executable, "-m", "dragonfarm_core.batches.jobs", str(job_dir)]
 
 
 def _secrets(keys: dict[str, str | None]) -> bytes:
     return json.dumps({k: v for k, v in keys.items() if v}).encode()
-
-
-def run_home(run_dir: Path) -> Path:
-    """The runs dir a run belongs to (an archived run's is two levels up)."""
-    parent = run_dir.parent
-    return parent.parent if parent.name == files.ARCHIVED_DIR else parent
 
 
 def start(
@@ -165,7 +162,6 @@ def start_judge(
 ) -> LLMJob:
     """`judge(run, ...)` as a job on the run, queued for its device (the replies are generated
     there); returns at once. `judge` is an LLM (its key goes to the job on stdin)."""
-    from dragonfarm_core.judging.judgement import check_judgeable
 
     opened = open_run(run)
     check_judgeable(opened)
@@ -189,13 +185,11 @@ def start_judge(
 
 
 def _judge_result(job: LLMJob) -> Any:
-    from dragonfarm_core.judging.judgement import read_judgement
 
     return read_judgement(job.run) if job.run is not None else None
 
 
 def _synthesis_result(job: LLMJob) -> Any:
-    from dragonfarm_core.synthesis.jobs import job_result
 
     return job_result(job)
 
@@ -210,7 +204,7 @@ RESULTS: dict[str, Callable[[LLMJob], Any]] = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dragonfarm_core.llm.jobs",
+        prog="python -m dragonfarm_core.batches.jobs",
         description="Run a judge or synthesis batch (the job in JOB_DIR, from its spec.json).",
     )
     parser.add_argument("job_dir", type=Path)

@@ -1,4 +1,4 @@
-"""The job's side of a judge or synthesis batch: what `python -m dragonfarm_core.llm.jobs JOB_DIR`
+"""The job's side of a judge or synthesis batch: what `python -m dragonfarm_core.batches.jobs JOB_DIR`
 runs in the child.
 
 The child reads the keys from its stdin (kept in memory only; its output is scrubbed of them),
@@ -73,7 +73,7 @@ def _judge_job(spec: dict[str, Any], context: Context) -> None:
 
 
 def _synthesis_job(spec: dict[str, Any], context: Context) -> None:
-    from dragonfarm_core.synthesis.jobs import job_work
+    from dragonfarm_core.batches.synthesis import job_work
 
     job_work(spec, context)
 

@@ -42,7 +42,7 @@ def start_synthesis(
     returns the `LLMJob` at once. models: "teacher", "student", "judge" -> an LLM (its key goes
     to the job on stdin, never into a file) or a model id / run folder (answered locally, the
     job then waits its turn for the device). settings: the function's other arguments."""
-    from dragonfarm_core.llm import jobs as llm_jobs
+    from dragonfarm_core.batches import jobs as llm_jobs
     from dragonfarm_core.rundir import queue
 
     if function not in JOB_KINDS:

@@ -28,7 +28,7 @@ Known limits: Go templates cannot trim, so a message with leading or trailing sp
 differently for templates that trim content (Gemma, Llama 3); Llama 3's "Today Date" is the
 export's date. A template of another family is refused with its name; `template="embedded"`
 lets Ollama use the GGUF's own chat template instead, and any Go template may be given.
-No torch: the app and a job (`python -m dragonfarm_core.export.ollama.export`) both run this.
+No torch: the app and a job (`python -m dragonfarm_core.serve.ollama`) both run this.
 """
 
 from __future__ import annotations
@@ -52,7 +52,11 @@ from dragonfarm_core.export.ollama.check import (
     load_tokenizer,
 )
 from dragonfarm_core.export.ollama.register import (
+    CHECK_FILE,
     HTTP_TIMEOUT_S,
+    MODELFILE,
+    OLLAMA_DIR,
+    REGISTERED,
     explain,
     modelfile,
     parameters,
@@ -74,11 +78,6 @@ from dragonfarm_core.rundir.atomic import write_atomic
 from dragonfarm_core.rundir.run import Run, open_run
 
 JOB_KIND = "ollama"
-OLLAMA_DIR = "ollama"
-MODELFILE = "Modelfile"
-CHECK_FILE = "template_check.json"
-# What was registered last (name, url, GGUF), for the Export tab and a later session.
-REGISTERED = "registered.json"
 
 
 def default_name(run: Run) -> str:
@@ -239,7 +238,7 @@ def start_serve_ollama(
     arguments += ["--template", template] if template else []
     arguments += ["--gguf", str(Path(gguf).expanduser().resolve())] if gguf else []
     return export_jobs.start_step(
-        run, JOB_KIND, "dragonfarm_core.export.ollama.export", arguments,
+        run, JOB_KIND, "dragonfarm_core.serve.ollama", arguments,
         doing=f"Serving run {run.id} with Ollama", error=OllamaExportError,
     )  # fmt: skip
 
@@ -259,7 +258,7 @@ def result_of(run: Run, name: str, url: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = export_jobs.step_parser(
-        "dragonfarm_core.export.ollama.export",
+        "dragonfarm_core.serve.ollama",
         "Merge, export to GGUF and register a run with Ollama.",
     )
     parser.add_argument("--name", default=None)

@@ -43,9 +43,11 @@ from typing import Any
 
 import psutil
 
-from dragonfarm_core.rundir import queue
+from dragonfarm_core.rundir import (
+    allocator,  # ctypes only: no torch in the app
+    queue,
+)
 from dragonfarm_core.settings import SettingsError
-from dragonfarm_core.trainers import allocator  # ctypes only: no torch in the app
 
 MIB = 2**20
 CHARS_PER_TOKEN = 3.0  # rows without a tokenizer: a little more tokens than the usual 4

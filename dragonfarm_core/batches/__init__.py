@@ -1,0 +1,1 @@
+"""Judge and synthesis batches as background jobs: the app starts them, a child process runs them."""
