@@ -14,7 +14,7 @@ overhead per request is already a tenth of a short reply).
 Sampling follows the worker's semantics (`worker_decode`): the model's generation_config.json
 (beside the GGUF's source folder) supplies the repetition penalty over the whole prompt and
 reply and top_k, the request temperature and top_p, applied in transformers' order; temperature
-0 is greedy, so greedy replies match the HF path's (tests/test_llamacpp_backend.py). Seeds are
+0 is greedy, so greedy replies match the HF path's (tests/llamacpp/test_llamacpp_backend.py). Seeds are
 llama.cpp's own: the same seed repeats a reply here, not the worker's reply.
 
 Restart rules are the worker's: the server starts on the first call and stays up; one that died

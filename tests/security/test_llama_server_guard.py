@@ -20,7 +20,7 @@ import httpx
 import psutil
 import pytest
 from openai import OpenAI
-from test_serve import serve_in_thread
+from tests.serve.test_serve import serve_in_thread
 
 import dragonfarm_core as dragon
 from dragonfarm_core.auth import http_guard

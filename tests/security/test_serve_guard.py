@@ -4,7 +4,7 @@ A rebinding Host and a foreign Origin are refused; a text/plain body (which a pa
 without a CORS preflight) is refused unread; max_tokens past the model's context length, or not
 a whole number, is refused with the limit; the official openai client, loopback names and the
 names added by --allowed-hosts / DRAGONFARM_ALLOWED_HOSTS still work. The server runs in a
-thread with the scripted backend of tests/test_serve.py.
+thread with the scripted backend of tests/serve/test_serve.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 from openai import OpenAI
-from test_serve import Scripted, serve_in_thread
+from tests.serve.test_serve import Scripted, serve_in_thread
 
 from dragonfarm_core.auth import http_guard
 from dragonfarm_core.serve.server import build_api, main

@@ -41,7 +41,7 @@ def test_a_failed_upload_leaves_every_tab_on_the_old_dataset(
 ):
     """Data keeps the old dataset (gr.skip), so Mapping remaps the old one and the line names it."""
     ds = data.load_upload(str(qa_csv), MODEL, None, uploads_dir, 10)[0]
-    mapped = mapping.remap(ds, chat_model, "sft", "{question}", "answer", *[""] * 5)[0]
+    mapped = mapping.remap(ds, chat_model, "sft", {"prompt": "{question}", "response": "answer"})[0]
     empty = tmp_path / "empty.csv"
     empty.write_bytes(b"")
     out = data.load_upload(str(empty), MODEL, ds, uploads_dir, 10)
@@ -52,7 +52,7 @@ def test_a_failed_upload_leaves_every_tab_on_the_old_dataset(
 
 def test_mapping_errors_name_the_file_not_its_copy(qa_csv: Path, uploads_dir: Path, chat_model):
     ds = data.load_upload(str(qa_csv), MODEL, None, uploads_dir, 10)[0]
-    error = mapping.remap(ds, chat_model, "sft", "{question}", "{reply}", *[""] * 5)[4]
+    error = mapping.remap(ds, chat_model, "sft", {"prompt": "{question}", "response": "{reply}"})[4]
     assert "which qa.csv does not have" in error and str(uploads_dir) not in error
 
 

@@ -21,8 +21,8 @@ def run_snippet(code: str) -> dict:
     return namespace
 
 
-def slots(**values: str) -> list[str]:
-    return [values.get(name, "") for name in mapping.SLOTS]
+def slots(**values: str) -> dict[str, str]:
+    return {name: values.get(name, "") for name in mapping.SLOTS}
 
 
 def test_data_panel_code_runs(qa_csv: Path, uploads_dir: Path):
@@ -48,7 +48,7 @@ def test_mapping_panel_code_runs_for_each_kind(qa_csv: Path, chat_model, tmp_pat
     pd.DataFrame({"turns": [json.dumps(conv)]}).to_csv(table, index=False)
     cases.append((dragon.dataset(table), "conversations", slots(messages="turns")))
     for ds, kind, values in cases:
-        mapped, _html, _report, code, error = mapping.remap(ds, chat_model, kind, *values)
+        mapped, _html, _report, code, error = mapping.remap(ds, chat_model, kind, values)
         assert error == "", error
         rebuilt = run_snippet(code)["ds"]
         assert rebuilt.mapping == mapped.mapping, kind
@@ -70,7 +70,7 @@ def test_reports_count_tokens_with_the_models_tokenizer(qa_csv: Path, chat_model
     tokenizer.save(str(Path(chat_model.base) / "tokenizer.json"))
     qa = dragon.dataset(qa_csv)
     _m, _html, report, code, error = mapping.remap(
-        qa, chat_model, "sft", *slots(prompt="question", response="answer")
+        qa, chat_model, "sft", slots(prompt="question", response="answer")
     )
     assert error == "" and "estimated" not in report
     assert f'ds.report(tokenizer=dragon.resolve_model("{chat_model.name}").base)' in code

@@ -33,7 +33,7 @@ def test_a_run_is_exported_once_inside_its_folder_and_answers_as_the_worker_does
     except LlamaCppMissing as e:
         pytest.fail(f"This test needs llama.cpp: {e}")
     sys.path.insert(0, str(ROOT / "tests" / "trainers"))
-    from test_merge import train
+    from tests.export.test_merge import train
     from trainer_fixtures import support_conversations
 
     runs = tmp_path / "runs"

@@ -11,14 +11,15 @@ import pandas as pd
 import pytest
 
 import dragonfarm_core as dragon
+from ui import named
 from ui.tabs import mapping
 
 SKIP = gr.skip()
 
 
-def texts(**slots: str) -> list[str]:
-    """The slot boxes' values in the order the tab passes them."""
-    return [slots.get(name, "") for name in mapping.SLOTS]
+def texts(**slots: str) -> dict[str, str]:
+    """The slot boxes' values, by slot name, as the tab passes them."""
+    return {name: slots.get(name, "") for name in mapping.SLOTS}
 
 
 def spans(html: str, kind: str) -> list[str]:
@@ -32,7 +33,7 @@ def qa(qa_csv: Path) -> dragon.Dataset:
 
 def test_template_mapping_previews_learned_and_masked_parts(qa, chat_model):
     out = mapping.remap(
-        qa, chat_model, "sft", *texts(prompt="{question} ({topic})", response="answer")
+        qa, chat_model, "sft", texts(prompt="{question} ({topic})", response="answer")
     )
     mapped, html, report, code, error = out
     assert error == ""
@@ -52,7 +53,7 @@ def test_template_mapping_previews_learned_and_masked_parts(qa, chat_model):
 
 def test_missing_column_lists_the_available_ones(qa, chat_model):
     mapped, html, _report, _code, error = mapping.remap(
-        qa, chat_model, "sft", *texts(prompt="{question}", response="{reply}")
+        qa, chat_model, "sft", texts(prompt="{question}", response="{reply}")
     )
     assert mapped is None and html == ""
     assert 'class="df-error"' in error and "reply" in error
@@ -61,23 +62,23 @@ def test_missing_column_lists_the_available_ones(qa, chat_model):
 
 def test_unfinished_mapping_asks_for_the_missing_slots(qa, chat_model):
     mapped, html, _report, code, error = mapping.remap(
-        qa, chat_model, "sft", *texts(prompt="question")
+        qa, chat_model, "sft", texts(prompt="question")
     )
     assert mapped is None and error == "" and "Fill in response" in html
     assert code == mapping.CODE_HINT
-    assert "Load a dataset" in mapping.remap(None, chat_model, "sft", *texts())[1]
+    assert "Load a dataset" in mapping.remap(None, chat_model, "sft", texts())[1]
 
 
 def test_column_chip_inserts_a_placeholder_into_the_target_slot():
-    out = mapping.insert_column("prompt", "topic", *texts(prompt="{question} ("))
+    out = mapping.insert_column("prompt", "topic", texts(prompt="{question} ("))
     assert out[mapping.SLOTS.index("prompt")] == "{question} ({topic}"
     assert all(v == SKIP for i, v in enumerate(out[:-1]) if i != mapping.SLOTS.index("prompt"))
     assert out[-1] is None  # the chips reset, so the same chip can be clicked again
     assert (
-        mapping.insert_column("messages", "turns", *texts())[mapping.SLOTS.index("messages")]
+        mapping.insert_column("messages", "turns", texts())[mapping.SLOTS.index("messages")]
         == "turns"
     )
-    assert mapping.insert_column("prompt", None, *texts()) == (SKIP,) * (len(mapping.SLOTS) + 1)
+    assert mapping.insert_column("prompt", None, texts()) == (SKIP,) * (len(mapping.SLOTS) + 1)
 
 
 def test_each_kind_shows_its_slots():
@@ -94,7 +95,7 @@ def test_pairs_preview_shows_the_rejected_reply(tmp_path: Path, chat_model):
     )
     ds = dragon.dataset(df)
     mapped, html, _r, code, error = mapping.remap(
-        ds, chat_model, "pairs", *texts(prompt="q", chosen="good", rejected="bad")
+        ds, chat_model, "pairs", texts(prompt="q", chosen="good", rejected="bad")
     )
     assert error == "" and mapped.mapping.kind == "pairs"
     assert spans(html, "learned")[0].startswith("4") and spans(html, "rejected")[0].startswith("5")
@@ -104,7 +105,7 @@ def test_pairs_preview_shows_the_rejected_reply(tmp_path: Path, chat_model):
 def test_prompts_preview_has_no_learned_text_but_the_reference(chat_model):
     ds = dragon.dataset(pd.DataFrame({"question": ["12 * 12?"], "answer": ["144"]}))
     mapped, html, *_rest, error = mapping.remap(
-        ds, chat_model, "prompts", *texts(prompt="question", reference="answer", system="Be brief.")
+        ds, chat_model, "prompts", texts(prompt="question", reference="answer", system="Be brief.")
     )
     assert error == "" and mapped.mapping.kind == "prompts"
     assert spans(html, "learned") == [] and spans(html, "reference") == ["144"]
@@ -120,7 +121,7 @@ CONV = [
 def test_conversations_from_a_json_column(chat_model):
     ds = dragon.dataset(pd.DataFrame({"id": ["1"], "turns": [json.dumps(CONV)]}))
     mapped, html, _r, code, error = mapping.remap(
-        ds, chat_model, "conversations", *texts(messages="turns")
+        ds, chat_model, "conversations", texts(messages="turns")
     )
     assert error == "" and mapped.mapping.kind == "conversations"
     assert spans(html, "learned")[0].startswith("Which router?")
@@ -130,9 +131,9 @@ def test_conversations_from_a_json_column(chat_model):
 
 def test_conversations_errors_name_the_row_and_column(chat_model):
     ds = dragon.dataset(pd.DataFrame({"turns": [json.dumps(CONV), "not json"]}))
-    error = mapping.remap(ds, chat_model, "conversations", *texts(messages="turns"))[-1]
+    error = mapping.remap(ds, chat_model, "conversations", texts(messages="turns"))[-1]
     assert "row 2" in error and "turns" in error
-    error = mapping.remap(ds, chat_model, "conversations", *texts(messages="messages"))[-1]
+    error = mapping.remap(ds, chat_model, "conversations", texts(messages="messages"))[-1]
     assert "no column &#x27;messages&#x27;" in error and "turns" in error
 
 
@@ -141,7 +142,7 @@ def test_jsonl_conversations_are_read_with_dragon_conversations(tmp_path: Path, 
     path.write_text(json.dumps({"messages": CONV}) + "\n")
     ds = dragon.dataset(path)
     mapped, _html, _r, code, error = mapping.remap(
-        ds, chat_model, "conversations", *texts(messages="messages")
+        ds, chat_model, "conversations", texts(messages="messages")
     )
     assert error == "" and mapped.source == str(path.resolve())
     assert f'dragon.conversations("{path.resolve()}")' in code
@@ -149,11 +150,11 @@ def test_jsonl_conversations_are_read_with_dragon_conversations(tmp_path: Path, 
 
 def test_two_chips_in_a_row_are_separated():
     prompt, response = mapping.SLOTS.index("prompt"), mapping.SLOTS.index("response")
-    out = mapping.insert_column("prompt", "Détails", *texts(prompt="{Ticket Title}"))
+    out = mapping.insert_column("prompt", "Détails", texts(prompt="{Ticket Title}"))
     assert out[prompt] == "{Ticket Title}\n\n{Détails}"
-    out = mapping.insert_column("response", "b", *texts(response="{a}"))
+    out = mapping.insert_column("response", "b", texts(response="{a}"))
     assert out[response] == "{a} {b}"
-    out = mapping.insert_column("prompt", "b", *texts(prompt="{a}\n"))
+    out = mapping.insert_column("prompt", "b", texts(prompt="{a}\n"))
     assert out[prompt] == "{a}\n{b}"  # the user's own separator is kept
 
 
@@ -164,7 +165,7 @@ def test_one_queued_listener_remaps_for_every_input(tmp_path: Path):
     from ui import layout
 
     app = layout.build_app(tmp_path / "runs")
-    remaps = [d for d in app.fns.values() if d.fn is mapping.remap]
+    remaps = [d for d in app.fns.values() if named.called(d.fn) is mapping.remap]
     assert len(remaps) == 1
     dep = remaps[0]
     assert dep.concurrency_limit == 1 and dep.concurrency_id == mapping.REMAP_QUEUE
@@ -180,19 +181,20 @@ def test_one_queued_listener_remaps_for_every_input(tmp_path: Path):
 def test_the_example_comes_mapped_and_a_person_s_slots_are_never_touched(qa):
     example = dragon.dataset(dragon.example_data())
     n = len(mapping.SLOTS)
-    *boxes, kind, suggested, note = mapping.suggest_slots(example, None, *texts())
-    assert boxes == texts(**mapping.EXAMPLE_SLOTS) and kind == "sft"
-    assert suggested == tuple(boxes) and "Mapped like the README" in note
+    *boxes, kind, suggested, note = mapping.suggest_slots(example, None, texts())
+    assert boxes == list(texts(**mapping.EXAMPLE_SLOTS).values()) and kind == "sft"
+    assert suggested == texts(**mapping.EXAMPLE_SLOTS) and "Mapped like the README" in note
     # The page's own slots are emptied for a dataset with other columns...
-    *boxes, kind, suggested, note = mapping.suggest_slots(qa, suggested, *boxes)
-    assert boxes == texts() and kind == SKIP and suggested is None and note == ""
+    shown = dict(zip(mapping.SLOTS, boxes, strict=True))
+    *boxes, kind, suggested, note = mapping.suggest_slots(qa, suggested, shown)
+    assert boxes == list(texts().values()) and kind == SKIP and suggested is None and note == ""
     # ...but slots the person filled stay, for the example too, and so do empty ones.
     typed = texts(prompt="{question}", response="answer")
-    assert mapping.suggest_slots(example, None, *typed) == (SKIP,) * (n + 3)
+    assert mapping.suggest_slots(example, None, typed) == (SKIP,) * (n + 3)
     edited = texts(**{**mapping.EXAMPLE_SLOTS, "response": "{reply}"})
-    filled = tuple(texts(**mapping.EXAMPLE_SLOTS))
-    assert mapping.suggest_slots(qa, filled, *edited) == (SKIP,) * (n + 3)
-    assert mapping.suggest_slots(qa, None, *texts()) == (SKIP,) * (n + 3)
+    filled = texts(**mapping.EXAMPLE_SLOTS)
+    assert mapping.suggest_slots(qa, filled, edited) == (SKIP,) * (n + 3)
+    assert mapping.suggest_slots(qa, None, texts()) == (SKIP,) * (n + 3)
     # What the page filled in maps the example as the README does.
-    mapped = mapping.remap(example, dragon.ResolvedModel.bundled(), "sft", *filled)[0]
+    mapped = mapping.remap(example, dragon.ResolvedModel.bundled(), "sft", filled)[0]
     assert mapped.mapping.prompt == "{subject}\n\n{body}" and mapped.mapping.response == "reply"

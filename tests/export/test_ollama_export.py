@@ -3,7 +3,7 @@
 The chat templates in tests/export_templates/ are the models' own (the presets' families:
 SmolLM2 and the bundled model are ChatML, Qwen 2.5, Llama 3 and 3.2, Gemma 2 and 3). Each is
 translated, then rendered as Ollama would render the translation (gotemplate, held to real Go
-by tests/test_gotemplate.py) and compared with the Jinja template's own output string.
+by tests/export/test_gotemplate.py) and compared with the Jinja template's own output string.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dragonfarm_core.export.ollama.template import (
 )
 from dragonfarm_core.serve import ollama as oe
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "tests" / "export_templates"
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 # The special tokens each template file is rendered with (the models' own).

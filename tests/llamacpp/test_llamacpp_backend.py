@@ -39,7 +39,7 @@ from dragonfarm_core.inference.llamacpp import (
 from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.llamacpp.location import LlamaCppMissing
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 PROMPTS = [
     "Hi",

@@ -21,7 +21,7 @@ import pytest
 from dragonfarm_core.export.ollama import gotemplate
 from dragonfarm_core.export.ollama.gotemplate import GoTemplateError, render
 
-HERE = Path(__file__).resolve().parent / "export_templates"
+HERE = Path(__file__).resolve().parents[1] / "export_templates"
 GOLDEN = json.loads((HERE / "ollama_go_golden.json").read_text(encoding="utf-8"))
 
 

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_cli import cli
+from tests.cli.test_cli import cli
 
 from dragonfarm_core.auth import users
 from dragonfarm_core.auth.login_guard import ExpiringTokens

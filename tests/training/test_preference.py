@@ -15,7 +15,7 @@ from dragonfarm_core.rundir import files
 from dragonfarm_core.settings import SettingsError
 from dragonfarm_core.training.preference import prefer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 
 

@@ -3,7 +3,7 @@
 Fast: a missing or unusable llama.cpp is named with the way to get one (before any job starts);
 the converter's staged input carries what transformers 5 keeps only in tokenizer.json; the
 check names the first differing token and applies the quantized tolerance; a failing converter
-fails the export and leaves no file (the build itself: tests/test_llama_cpp_build.py). Slow, on
+fails the export and leaves no file (the build itself: tests/llamacpp/test_llama_cpp_build.py). Slow, on
 the bundled model with the real llama.cpp (built by `dragonfarm build-llama-cpp` or
 scripts/build_llama_cpp.py; these tests FAIL, never skip, without it):
 f16 and q8_0 exports pass the round trip; a template changed after export and a GGUF the
@@ -29,7 +29,7 @@ from dragonfarm_core.export.gguf import GGUFError, LlamaCppMissing
 from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.rundir import files, location
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from llama_cpp_fakes import fake_llama_cpp  # noqa: E402
 
@@ -124,7 +124,7 @@ def test_unknown_types_and_folders_that_are_not_models_are_refused(tmp_path):
 
 
 def test_a_run_that_cannot_be_merged_is_refused_by_the_cli(tmp_path, capsys):
-    from test_merge import fake_run
+    from tests.export.test_merge import fake_run
 
     run_dir = fake_run(tmp_path, state="failed")
     assert cli.main(["export-gguf", str(run_dir)]) == 1
@@ -257,7 +257,7 @@ def tools():
 def run_dir(tmp_path_factory):
     """A tiny real run on the bundled model, not merged yet."""
     sys.path.insert(0, str(ROOT / "tests" / "trainers"))
-    from test_merge import BUNDLED, train
+    from tests.export.test_merge import BUNDLED, train
     from trainer_fixtures import build_tiny_model, support_conversations
 
     root = tmp_path_factory.mktemp("gguf")

@@ -15,7 +15,7 @@ from dragonfarm_core.evaluation.evaluate import Evaluation, evaluate, metric_nam
 from dragonfarm_core.rewards.task_metrics import metric_regex
 from dragonfarm_core.rundir import files
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 
 

@@ -27,7 +27,7 @@ from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.models import bundled_model_path
 from dragonfarm_core.rundir import files, launch
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 sys.path.insert(0, str(TESTS))
 from llama_cpp_fakes import complete_cache  # noqa: E402

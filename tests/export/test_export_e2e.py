@@ -2,7 +2,7 @@
 exports and round-trip checks the GGUF with llama.cpp, proves the Ollama template and registers
 it with the local Ollama-API server; publish uploads the merged model and its GGUF to the local
 Hub server; `dragonfarm serve`'s GGUF path decodes the file with llama-server behind the guarded
-API. Needs llama.cpp (scripts/build_llama_cpp.py); fails without it, like tests/test_gguf.py:
+API. Needs llama.cpp (scripts/build_llama_cpp.py); fails without it, like tests/export/test_gguf.py:
 CI builds it, so a missing llama.cpp is a broken setup, not a reason to pass."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dragonfarm_core.inference import Sampling
 from dragonfarm_core.llamacpp.location import LlamaCppMissing, find_llama_cpp
 from dragonfarm_core.serve import server as serve
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 sys.path.insert(0, str(ROOT / "tests" / "inference"))
 sys.path.insert(0, str(ROOT / "tests" / "trainers"))
@@ -41,7 +41,7 @@ def llama_cpp_missing() -> str | None:
 def trained(tmp_path_factory):
     if (why := llama_cpp_missing()) is not None:
         pytest.fail(f"llama.cpp is not available: {why} Run: python scripts/build_llama_cpp.py")
-    from test_merge import train
+    from tests.export.test_merge import train
     from trainer_fixtures import support_conversations
 
     root = tmp_path_factory.mktemp("export-e2e")
@@ -52,7 +52,7 @@ def test_a_trained_run_is_served_by_ollama_published_and_served_from_its_gguf(tr
     from hub_fakes import FakeHub
     from inference_fakes import FakeOllama
     from openai import OpenAI
-    from test_serve import serve_in_thread
+    from tests.serve.test_serve import serve_in_thread
 
     run_dir = trained
     with FakeOllama("other") as ollama:

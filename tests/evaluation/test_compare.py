@@ -23,7 +23,7 @@ from dragonfarm_core.codegen.run import compare_code
 from dragonfarm_core.evaluation.compare import COLUMNS, better
 from dragonfarm_core.rundir import create, files, location, refs
 
-TESTS_DIR = Path(__file__).resolve().parent
+TESTS_DIR = Path(__file__).resolve().parents[1]
 PAIRWISE = {"mode": "pairwise", "against": "base", "n": 20, "judged": 18, "wins": 12, "ties": 4,
             "losses": 2, "win_rate": 12 / 18, "tie_rate": 4 / 18, "loss_rate": 2 / 18,
             "label": "vs base: 12W 4T 2L (n=18)"}  # fmt: skip

@@ -27,7 +27,7 @@ from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.llamacpp.build import LlamaCppBuildError, build_llama_cpp
 from dragonfarm_core.rundir import files, jobs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from llama_cpp_fakes import complete_cache, fake_llama_cpp  # noqa: E402
 

@@ -1,7 +1,7 @@
 """bundle() and pack_run(): the run as train() writes it, and a zip with all a GPU machine needs.
 
 Nothing here trains: launching is stubbed (and made to fail where the test is that nothing is
-launched). The notebook's execution is tests/bundle/test_notebook_execution.py (slow).
+launched). The notebook's execution is tests/bundles/test_notebook_execution.py (slow).
 """
 
 from __future__ import annotations

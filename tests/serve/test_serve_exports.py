@@ -1,6 +1,6 @@
 """`dragonfarm serve` on what the exports write: a run's merged folder (named after its run),
 and a GGUF (decoded by llama.cpp's llama-server behind the same guarded API; without llama.cpp,
-a clear refusal). The served GGUF end to end is in tests/test_export_e2e.py (slow)."""
+a clear refusal). The served GGUF end to end is in tests/export/test_export_e2e.py (slow)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import shutil
 from pathlib import Path
 
 from openai import OpenAI
-from test_serve import Scripted, serve_in_thread
+from tests.serve.test_serve import Scripted, serve_in_thread
 
 from dragonfarm_core.export import merge as export
 from dragonfarm_core.rundir import files
 from dragonfarm_core.serve import server as serve
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 
 

@@ -20,7 +20,7 @@ from dragonfarm_core.export import publishing as pub
 from dragonfarm_core.export.publishing import PublishError
 from dragonfarm_core.rundir import files
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 CANARY = "hf_canaryXq7Zt0k3nD0NotLeakMe"
 QUIET = {"log": lambda line: None}

@@ -23,7 +23,7 @@ from dragonfarm_core.training import reinforcement
 from dragonfarm_core.training.reinforcement import ReinforceArgs, reinforce
 from dragonfarm_core.training.reinforcement import test_rewards as dry_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 TICKET = r"T-\d{4}"
 

@@ -18,7 +18,7 @@ from dragonfarm_core.export import merge as export
 from dragonfarm_core.export.merge import MergeError
 from dragonfarm_core.rundir import files
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 
 
