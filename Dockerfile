@@ -1,5 +1,5 @@
 # dragonfarm as a Hugging Face Space (Docker SDK): the same app on port 7860 under the `spaces`
-# profile, as the non-root user (uid 1000) Spaces run containers as. README "Hugging Face Space"
+# profile, as the non-root user (uid 1000) Spaces run containers as. docs/DEPLOY.md "Hugging Face Space"
 # says how to create the Space. Build arguments (a Space passes its variables as build args):
 #   TORCH_INDEX_URL  where pip takes torch 2.13.0 from. Empty (the default): the default index,
 #                    whose Linux wheels are CUDA builds, for a Space with a GPU (they run on a CPU

@@ -11,7 +11,7 @@ ended a row included and pad after it, as long as the longest row. It is a plain
 token per step, sampling in torch, rows stopping as they finish and the loop ending when all
 have. generate() pays, per token, for its stopping criteria, its logits-processor lists built
 for every option, a fresh model-input dict and a cache-position bookkeeping that this loop does
-not need; see bench/decode.py for the figures (README "Decode speed").
+not need; see bench/decode.py for the figures (docs/BENCHMARKS.md, "Decode speed").
 
 Sampling keeps generate()'s semantics as the worker called it: the model's
 generation_config.json supplies the repetition penalty (the bundled model's 1.1) and top_k
@@ -43,7 +43,7 @@ from dragonfarm_core.rundir.threads import OtherLoad
 DEFAULT_TOP_K = 50
 # Below this many parameters a CPU decodes faster on one thread: a token is a few hundred small
 # ops, and every op split over threads waits at a barrier for the slowest one (for all of
-# them when another process holds a core). Measured with bench/decode.py; see README
+# them when another process holds a core). Measured with bench/decode.py; see docs/BENCHMARKS.md
 # "Decode speed" for the figures on the bundled model (6M) and the SmolLM2-135M shape.
 ONE_THREAD_BELOW = 50_000_000
 # ...unless the batch has this many rows: then each product is large enough to split. The

@@ -14,7 +14,7 @@ Then any OpenAI client talks to it, `dragon.backend_server` included:
 Routes: `GET /v1/models`, `GET /v1/models/{id}`, `POST /v1/chat/completions` (with and
 without `stream`, server-sent events); any other route, `/v1/completions` included, is a 404 in
 OpenAI's error shape naming them. Which request fields are honoured and which are refused is
-`serve_openai`'s (the README has the table). Generation goes through the local worker, the same
+`serve/openai_wire.py`'s (docs/SERVE.md has the table). Generation goes through the local worker, the same
 one `generate` and `chat` use, so the model is loaded once; requests wait their turn for it in
 a bounded line (`serve_queue`: past `--queue` waiting, 429 with Retry-After). There is no
 authentication: it binds to 127.0.0.1 unless told otherwise, answers only to its own host
