@@ -19,7 +19,6 @@ from dragonfarm_core.data.dataset import Dataset
 from dragonfarm_core.evaluation.evaluate import named_metrics
 from dragonfarm_core.judging.judges import as_judge, describe_judge
 from dragonfarm_core.llm.descriptions import llm_from_description
-from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs, check_rewards
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.pipelines.steps import (
     EvaluateStep,
@@ -107,10 +106,7 @@ def _check(step: Step, chain: Chain, background: bool) -> None:
     elif isinstance(step, PreferStep):
         _check_prefer(step, chain)
     elif isinstance(step, ReinforceStep):
-        settings = GrpoArgs(rewards=check_rewards(list(step.rewards)), group_size=step.group_size,
-                            beta=step.beta, temperature=step.temperature,
-                            max_new_tokens=step.max_new_tokens)  # fmt: skip
-        check_dataset(METHODS["grpo"], step.dataset, settings)
+        check_dataset(METHODS["grpo"], step.dataset, step.method_args())
     elif isinstance(step, SynthesizePairsStep):
         _check_synthesis(step, chain)
     elif isinstance(step, JudgeStep):
@@ -142,7 +138,7 @@ def _check_prefer(step: PreferStep, chain: Chain) -> None:
                 "dragon.steps.synthesize_pairs(...) before it."
             )
         return
-    check_dataset(METHODS[step.method], step.dataset, PreferenceArgs(step.beta))
+    check_dataset(METHODS[step.method], step.dataset, step.method_args())
 
 
 def _check_synthesis(step: SynthesizePairsStep, chain: Chain) -> None:

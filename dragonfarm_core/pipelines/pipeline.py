@@ -32,8 +32,8 @@ from dragonfarm_core.llm import LLM
 from dragonfarm_core.llm.descriptions import api_key_of
 from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.pipelines.chain import check_steps
+from dragonfarm_core.pipelines.context import Context
 from dragonfarm_core.pipelines.runner import (
-    Context,
     first_unfinished,
     key_name,
     run_steps,

@@ -10,64 +10,28 @@ pairs of the latest synthesis. A cancel request (pipelines/<id>/cancel.request) 
 between steps, and while a training run trains (that run is then cancelled as `Run.cancel()`
 does: a checkpoint first); judge, synthesis, evaluation and merge steps finish first. A
 training step records its run as soon as it starts, so `resume_pipeline` picks up the run
-(from its checkpoint) rather than training again.
+(from its checkpoint) rather than training again. What a step does is in `pipelines.work`;
+the execution's `Context`, which both read, is in `pipelines.context`.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.pipelines import record as record_io
+from dragonfarm_core.pipelines.chain import label
+from dragonfarm_core.pipelines.context import Context, PipelineCancelled
 from dragonfarm_core.pipelines.steps import Step, step_from_dict
+from dragonfarm_core.pipelines.work import WORK
 from dragonfarm_core.rundir import files
-from dragonfarm_core.rundir.run import Run, open_run
+from dragonfarm_core.rundir.run import open_run
 from dragonfarm_core.synthesis.files import open_synthesized
-
-POLL_S = 0.2
-CANCEL_TIMEOUT_S = 120.0
-
-
-class PipelineCancelled(Exception):
-    """Raised by a step that stopped because the pipeline was asked to stop."""
-
-
-@dataclass
-class Context:
-    """One execution of a pipeline: its record, runs dir, and what the chain holds."""
-
-    path: Path
-    runs_dir: Path
-    name: str
-    model: str
-    run: Run | None = None
-    pairs: Any = None
-    echo: Callable[[str], None] = field(default=print)
-
-    @property
-    def target(self) -> Any:
-        """What the next training step starts from: the latest run, else the model."""
-        return self.run if self.run is not None else self.model
-
-    def cancel_requested(self) -> bool:
-        return files.cancel_requested(record_io.folder(self.path))
-
-    def log(self, message: str) -> None:
-        line = f"[pipeline] {files.now_iso()} {message}"
-        with open(record_io.log_path(self.path), "a", encoding="utf-8") as log:
-            log.write(line + "\n")
-        self.echo(line)
 
 
 def steps_of(record: dict[str, Any], keys: dict[str, str] | None = None,
              start: int = 0) -> list[Step]:  # fmt: skip
     """The steps from `start` on, again from the record's specs (each judge with its key from
     `keys`); the steps before are not needed: the chain is read from their results."""
-    from dragonfarm_core.pipelines.chain import label
-
     out = []
     for i, entry in enumerate(record["steps"]):
         if i < start:
@@ -105,8 +69,6 @@ def run_steps(ctx: Context, steps: list[Step], start: int = 0) -> dict[str, Any]
     """Run the record's steps from `start` on (`steps`: those steps), recording after each
     change; the final record. A step that fails ends the pipeline failed (its error in the
     record, and raised); a cancel request ends it cancelled."""
-    from dragonfarm_core.pipelines.work import WORK
-
     record = record_io.read(ctx.path)
     _restore(ctx, record, start)
     record_io.update(ctx.path, status="running", started_at=record.get("started_at")
@@ -146,19 +108,3 @@ def _stopped(ctx: Context, index: int) -> dict[str, Any]:
         record_io.update_step(ctx.path, index, state="cancelled", finished_at=files.now_iso())
     ctx.log(f"pipeline cancelled before step {index + 1} finished")
     return record_io.update(ctx.path, status="cancelled", finished_at=files.now_iso())
-
-
-def watch_run(ctx: Context, run: Run) -> Run:
-    """Wait for a training run; cancel it (a checkpoint first) when the pipeline is asked to
-    stop, or when this process is interrupted in the foreground."""
-    try:
-        while run.status().get("state") in files.ACTIVE_STATES:
-            if ctx.cancel_requested():
-                ctx.log(f"cancelling run {run.id} (it saves a checkpoint first)")
-                run.cancel(timeout=CANCEL_TIMEOUT_S)
-                raise PipelineCancelled
-            time.sleep(POLL_S)
-    except KeyboardInterrupt:
-        run.cancel(timeout=CANCEL_TIMEOUT_S)
-        raise
-    return run.wait(poll=POLL_S)  # raises RunFailedError, with the log tail, unless it succeeded

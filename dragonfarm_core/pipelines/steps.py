@@ -7,8 +7,11 @@ makes them with the manual's defaults.
 A step holds what it was given (a Dataset, an LLM, a function); `to_dict()` is the step's
 spec as the pipeline record stores it (a dataset as its `spec()`, an LLM as its `describe()`,
 which names a key by its variable only), and `step_from_dict` makes the step again from that
-spec (an LLM with its key, which never enters the record). What each step does is in
-`pipeline_runner`; how steps chain, and which chains are refused, in `pipeline_chain`.
+spec (an LLM with its key, which never enters the record). A training step's settings
+default to its method's (`method_args`: a reinforce step's group_size is GrpoArgs'), and
+`run_spec` is the `RunSpec` it starts, as the Train tab and the command line build one. What
+each step does is in `pipelines.work`; how steps chain, and which chains are refused, in
+`pipelines.chain`.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from dragonfarm_core.evaluation.evaluate import metric_name
 from dragonfarm_core.judging.judges import describe_judge
 from dragonfarm_core.llm import LLM
 from dragonfarm_core.llm.descriptions import llm_from_description
-from dragonfarm_core.method_args import GrpoArgs
+from dragonfarm_core.method_args import GrpoArgs, PreferenceArgs, ReinforceArgs, preference_args
 from dragonfarm_core.rewards import Reward
 from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Lora, TrainArgs, to_dict
+from dragonfarm_core.spec import RunSpec
 
 _MAPPERS = {"sft": "map", "pairs": "map_pairs", "prompts": "map_prompts"}
 
@@ -98,6 +102,13 @@ def _plain(name: str, value: Any) -> Any:
     return value
 
 
+def default_of(group: type, name: str) -> Any:
+    """`group`'s field `name` (its default and widget metadata) for a step's field of that
+    name: a step's setting defaults to its method's, declared once."""
+    (found,) = [f for f in dataclasses.fields(group) if f.name == name]
+    return dataclasses.field(default=found.default, metadata=found.metadata)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainingStep(Step):
     """What the training steps share: each trains a run (`lora`/`args` None: the settings
@@ -106,7 +117,17 @@ class TrainingStep(Step):
     trains: ClassVar[bool] = True
     lora: Lora | None = None
     args: TrainArgs | None = None
-    n_samples: int = 10
+    n_samples: int = default_of(RunSpec, "n_samples")
+
+    def run_spec(self, model: Any, name: str | None = None, pairs: Any = None) -> RunSpec:
+        """The run this step starts from `model` (a model id or folder, or the run before);
+        `pairs`: the synthesis step's, which a prefer step with no dataset trains on."""
+        raise NotImplementedError
+
+    def _spec(self, method: str, dataset: Any, method_args: Any, model: Any,
+              name: str | None) -> RunSpec:  # fmt: skip
+        return RunSpec(method, dataset, model, lora=self.lora, args=self.args,
+                       method_args=method_args, name=name, n_samples=self.n_samples)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -116,6 +137,9 @@ class TrainStep(TrainingStep):
     kind: ClassVar[str] = "train"
     dataset: Any
 
+    def run_spec(self, model: Any, name: str | None = None, pairs: Any = None) -> RunSpec:
+        return self._spec("sft", self.dataset, None, model, name)
+
 
 @dataclass(frozen=True)
 class PreferStep(TrainingStep):
@@ -124,7 +148,15 @@ class PreferStep(TrainingStep):
     kind: ClassVar[str] = "prefer"
     dataset: Any = None
     method: str = "dpo"
-    beta: float = 0.1
+    beta: float = default_of(PreferenceArgs, "beta")
+
+    def method_args(self) -> PreferenceArgs:
+        """DPO's DpoArgs or ORPO's PreferenceArgs, with this step's beta."""
+        return preference_args(self.method, self.beta)
+
+    def run_spec(self, model: Any, name: str | None = None, pairs: Any = None) -> RunSpec:
+        dataset = pairs if self.dataset is None else self.dataset
+        return self._spec(self.method, dataset, self.method_args(), model, name)
 
 
 @dataclass(frozen=True)
@@ -134,15 +166,25 @@ class ReinforceStep(TrainingStep):
     kind: ClassVar[str] = "reinforce"
     dataset: Any
     rewards: tuple[Reward, ...]
-    group_size: int = 4
-    beta: float = 0.04
-    temperature: float = 1.0
-    max_new_tokens: int = 128
+    group_size: int = default_of(ReinforceArgs, "group_size")
+    beta: float = default_of(ReinforceArgs, "beta")
+    temperature: float = default_of(ReinforceArgs, "temperature")
+    max_new_tokens: int = default_of(ReinforceArgs, "max_new_tokens")
 
     def __post_init__(self) -> None:
         given = self.rewards
         object.__setattr__(self, "rewards", tuple(given) if isinstance(given, list | tuple)
                            else (given,))  # fmt: skip
+
+    def method_args(self) -> GrpoArgs:
+        """GrpoArgs with this step's rewards (Rewards, or the dicts a record stores) and
+        sampling settings."""
+        return GrpoArgs(rewards=list(self.rewards), group_size=self.group_size, beta=self.beta,
+                        temperature=self.temperature,
+                        max_new_tokens=self.max_new_tokens)  # fmt: skip
+
+    def run_spec(self, model: Any, name: str | None = None, pairs: Any = None) -> RunSpec:
+        return self._spec("grpo", self.dataset, self.method_args(), model, name)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """What each kind of pipeline step does: a call of the stage's public function on the chain.
 
 Every handler takes the execution's `Context`, the step's index and the step, and returns the
-step's summary (JSON-ready) for the record. Training steps start their run through train(),
-prefer() or reinforce(), record it at once, and wait for it (`watch_run`: cancellable, a
-checkpoint first); a training step whose run is already in the record (a resumed pipeline)
-continues that run, from its checkpoint, instead of starting a new one.
+step's summary (JSON-ready) for the record. A training step builds its `RunSpec`
+(`TrainingStep.run_spec`) and starts it with `start(spec)`, as the Train tab and the command
+line do, records the run at once, and waits for it (`watch_run`: cancellable, a checkpoint
+first); a training step whose run is already in the record (a resumed pipeline) continues
+that run, from its checkpoint, instead of starting a new one.
 """
 
 from __future__ import annotations
@@ -13,25 +14,24 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from dragonfarm_core.evaluation.task_metrics import last_number, parse_json
 from dragonfarm_core.judging.inputs import data_rows
 from dragonfarm_core.judging.inputs import prompts as run_prompts
 from dragonfarm_core.pipelines import record as record_io
-from dragonfarm_core.pipelines.runner import Context, watch_run
+from dragonfarm_core.pipelines.context import Context, watch_run
 from dragonfarm_core.pipelines.steps import (
     EvaluateStep,
     JudgeStep,
     MergeStep,
     PreferStep,
     PublishStep,
-    ReinforceStep,
     Step,
     SynthesizePairsStep,
     TrainingStep,
-    TrainStep,
 )
+from dragonfarm_core.rewards.task_metrics import last_number, parse_json
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import Run, open_run
+from dragonfarm_core.training.train import resume, start
 
 
 def _numbers(values: dict[str, Any] | None) -> dict[str, float]:
@@ -47,31 +47,12 @@ def run_summary(run: Run) -> dict[str, Any]:
 
 
 def _start_training(ctx: Context, step: Step) -> Run:
-    from dragonfarm_core.training.preference import prefer
-    from dragonfarm_core.training.reinforcement import reinforce
-    from dragonfarm_core.training.train import train
-
     assert isinstance(step, TrainingStep)
-    common: dict[str, Any] = {
-        "lora": step.lora,
-        "args": step.args,  # None (like lora): the settings recommended for the model
-        "n_samples": step.n_samples,
-        "runs_dir": ctx.runs_dir, "name": f"{ctx.name}-{step.kind}",
-    }  # fmt: skip
-    if isinstance(step, TrainStep):
-        return train(step.dataset, ctx.target, **common)
-    if isinstance(step, PreferStep):
-        data = step.dataset if step.dataset is not None else ctx.pairs
-        return prefer(data, ctx.target, method=step.method, beta=step.beta, **common)
-    assert isinstance(step, ReinforceStep)
-    return reinforce(step.dataset, ctx.target, list(step.rewards), group_size=step.group_size,
-                     beta=step.beta, temperature=step.temperature,
-                     max_new_tokens=step.max_new_tokens, **common)  # fmt: skip
+    spec = step.run_spec(ctx.target, name=f"{ctx.name}-{step.kind}", pairs=ctx.pairs)
+    return start(spec, runs_dir=ctx.runs_dir)
 
 
 def _training(ctx: Context, index: int, step: Step) -> dict[str, Any]:
-    from dragonfarm_core.training.train import resume
-
     entry = record_io.read(ctx.path)["steps"][index]
     if entry.get("run_dir"):  # started before: resume that run rather than train again
         run = open_run(entry["run_dir"])
