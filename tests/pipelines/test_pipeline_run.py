@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.pipelines import runner as pipeline_runner
+from dragonfarm_core.pipelines import context as pipeline_context
 from dragonfarm_core.pipelines.pipeline import list_pipelines
 from dragonfarm_core.rundir import files
 from tests.pipelines.judges import as_function, first_sample_best
@@ -16,14 +16,14 @@ from tests.pipelines.judges import as_function, first_sample_best
 def snapshots(monkeypatch):
     """The record as it stands each time the runner logs a finished step."""
     taken: list[dict] = []
-    log = pipeline_runner.Context.log
+    log = pipeline_context.Context.log
 
     def logged(self, message):
         log(self, message)
         if message.endswith(") succeeded"):
             taken.append(dragon.pipeline_status(self.path))
 
-    monkeypatch.setattr(pipeline_runner.Context, "log", logged)
+    monkeypatch.setattr(pipeline_context.Context, "log", logged)
     return taken
 
 
