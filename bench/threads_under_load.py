@@ -28,13 +28,14 @@ ARM = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 from dragonfarm_core.rundir import threads
+from dragonfarm_core.trainers import torch_threads
 policy = sys.argv[2] == "policy"
 if policy:
     threads.before_torch()
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
-line = threads.apply() if policy else f"torch threads: {torch.get_num_threads()} (default)"
+line = torch_threads.apply() if policy else f"torch threads: {torch.get_num_threads()} (default)"
 torch.manual_seed(0)
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1] + "/assets/models/tiny-support")
 model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",

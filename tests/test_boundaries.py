@@ -110,7 +110,7 @@ def test_a_tree_that_keeps_the_contract_passes(tmp_path: Path):
         ({"dragonfarm_core__models": "def f():\n    try:\n        import torch\n    except ImportError:\n        pass\n"},
          "dragonfarm_core/models.py imports torch"),
         ({"ui__tab": "from transformers import AutoTokenizer\n"}, "ui/tab.py imports transformers"),
-        ({"dragonfarm_core__trainers__config": "import trl\n",
+        ({"dragonfarm_core__rundir__train_config": "import trl\n",
           "dragonfarm_core__models": "from dragonfarm_core.rundir.train_config import TrainConfig\n"},
          "dragonfarm_core/models.py imports trl (dragonfarm_core.models -> "
          "dragonfarm_core.rundir.train_config -> trl)"),
@@ -125,3 +125,100 @@ def test_a_tree_that_keeps_the_contract_passes(tmp_path: Path):
 def test_a_forbidden_import_breaks_the_contract(tmp_path: Path, changed, expected):
     found = synthetic(tmp_path, **changed)
     assert any(v.startswith(expected) for v in found), found
+
+
+# -- cycles (read by grimp, the graph import-linter checks) -------------------------------------
+
+# The bottom layer: the vocabulary at the top level, the run directory and the reward specs.
+# They may import one another (a RunSpec is written to and read from a run folder, GRPO's
+# arguments hold rewards); everything else imports one way (pyproject.toml's layers).
+BOTTOM = {"rundir", "rewards", ".spec", ".settings", ".method_args", ".methods", ".models",
+          ".recommended", ".memory_estimate", ".chat_template"}  # fmt: skip
+MAX_CYCLES_IN_A_FOLDER = 3
+
+
+def _graph() -> dict[str, set[str]]:
+    import grimp
+
+    graph = grimp.build_graph("dragonfarm_core")
+    return {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
+
+
+def _folder(module: str, packages: set[str]) -> str:
+    """A module's folder under dragonfarm_core ('.name' for a module at the top level)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "<facade>"
+    if len(parts) == 2 and module not in packages:
+        return "." + parts[1]
+    return parts[1]
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one node (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[set[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+def test_no_import_cycle_between_folders_and_few_inside_one():
+    graph = _graph()
+    packages = {m for m in graph if any(o.startswith(m + ".") for o in graph)}
+    folders: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        a = _folder(module, packages)
+        folders.setdefault(a, set())
+        for other in imported:
+            if other.startswith("dragonfarm_core") and (b := _folder(other, packages)) != a:
+                folders[a].add(b)
+    between = [c for c in _cycles(folders) if not c <= BOTTOM]
+    assert between == [], f"import cycles between folders: {between}"
+    inside: dict[str, int] = {}
+    for cycle in _cycles(
+        {m: {o for o in i if o.startswith("dragonfarm_core")} for m, i in graph.items()}
+    ):
+        names = {_folder(m, packages) for m in cycle}
+        if len(names) == 1:
+            (name,) = names
+            inside[name] = inside.get(name, 0) + 1
+    assert all(n <= MAX_CYCLES_IN_A_FOLDER for n in inside.values()), inside
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    assert _cycles({"a": {"b"}, "b": set()}) == []

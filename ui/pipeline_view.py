@@ -1,6 +1,6 @@
 """How the Pipelines tab draws a pipeline: its header line, the timeline of its steps (state,
 duration, summary, run) and a one-line label per step. Pure functions of the record
-(`dragonfarm_core.pipelines.record`), so a reloaded page or a second browser draws the same.
+(`dragonfarm_core.rundir.pipeline_record`), so a reloaded page or a second browser draws the same.
 """
 
 from __future__ import annotations

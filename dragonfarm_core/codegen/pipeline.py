@@ -18,8 +18,8 @@ from typing import Any
 
 from dragonfarm_core.codegen import run as codegen
 from dragonfarm_core.data.codegen import dataset_code, literal, portable
-from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.pipelines.steps import KINDS
+from dragonfarm_core.rundir import pipeline_record as record_io
 from dragonfarm_core.settings import Lora, TrainArgs
 
 

@@ -206,7 +206,7 @@ def code(run: Run | str | os.PathLike[str]) -> str:
     """Python source that reproduces `run` (a Run, its directory, or its id), or a pipeline
     (a Pipeline, its id or its record: `pipeline_code`)."""
     from dragonfarm_core.codegen import pipeline as pipeline_code
-    from dragonfarm_core.pipelines import record as pipeline_record  # pipeline_code imports this
+    from dragonfarm_core.rundir import pipeline_record  # pipeline_code imports this
 
     record = pipeline_record.resolve(run)
     if record is not None:

@@ -36,8 +36,7 @@ import pandas as pd
 
 from dragonfarm_core.evaluation.evaluate import stored_metrics
 from dragonfarm_core.methods import METHODS
-from dragonfarm_core.pipelines import record as pipeline_record
-from dragonfarm_core.rundir import files, launch, location, store
+from dragonfarm_core.rundir import files, launch, location, pipeline_record, store
 from dragonfarm_core.rundir.run import Run, open_run
 
 # What a run is (text, None when unknown), then the settings and the figures (numbers, NaN).

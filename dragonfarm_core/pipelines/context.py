@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.rundir import files
+from dragonfarm_core.rundir import pipeline_record as record_io
 from dragonfarm_core.rundir.run import Run
 
 POLL_S = 0.2

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.batches.child import Scrubbed, read_keys
-from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.pipelines.context import Context
 from dragonfarm_core.pipelines.runner import first_unfinished, run_steps, steps_of
 from dragonfarm_core.rundir import jobs, location
+from dragonfarm_core.rundir import pipeline_record as record_io
 
 
 def _ignore_interrupt(signum: int, frame: Any) -> None:

@@ -30,7 +30,6 @@ import psutil
 from dragonfarm_core.judging.judges import as_judge
 from dragonfarm_core.llm import LLM
 from dragonfarm_core.llm.descriptions import api_key_of
-from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.pipelines.chain import check_steps
 from dragonfarm_core.pipelines.context import Context
 from dragonfarm_core.pipelines.runner import (
@@ -41,6 +40,7 @@ from dragonfarm_core.pipelines.runner import (
 )
 from dragonfarm_core.pipelines.steps import Step
 from dragonfarm_core.rundir import files, location
+from dragonfarm_core.rundir import pipeline_record as record_io
 from dragonfarm_core.rundir.run import Run, open_run
 
 CANCEL_TIMEOUT_S = 120.0

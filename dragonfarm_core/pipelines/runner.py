@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.pipelines.chain import label
 from dragonfarm_core.pipelines.context import Context, PipelineCancelled
 from dragonfarm_core.pipelines.steps import Step, step_from_dict
 from dragonfarm_core.pipelines.work import WORK
 from dragonfarm_core.rundir import files
+from dragonfarm_core.rundir import pipeline_record as record_io
 from dragonfarm_core.rundir.run import open_run
 from dragonfarm_core.synthesis.files import open_synthesized
 

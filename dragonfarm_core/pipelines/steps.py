@@ -20,8 +20,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from dragonfarm_core.data.conversations import conversations
-from dragonfarm_core.data.dataset import Dataset, dataset
+from dragonfarm_core.data.dataset import Dataset
+from dragonfarm_core.data.from_spec import dataset_from_spec
 from dragonfarm_core.evaluation.evaluate import metric_name
 from dragonfarm_core.judging.judges import describe_judge
 from dragonfarm_core.llm import LLM
@@ -31,29 +31,6 @@ from dragonfarm_core.rewards import Reward
 from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Lora, TrainArgs, to_dict
 from dragonfarm_core.spec import RunSpec
-
-_MAPPERS = {"sft": "map", "pairs": "map_pairs", "prompts": "map_prompts"}
-
-
-def dataset_from_spec(spec: dict[str, Any]) -> Dataset:
-    """The Dataset a `Dataset.spec()` describes, read again from its file and mapped again."""
-    source, mapping = spec.get("source"), dict(spec.get("mapping") or {})
-    if not source:
-        raise ValueError(
-            f"Dataset {spec.get('name')!r} was not read from a file, so a stored step cannot "
-            "rebuild it; save it to a file (CSV, JSONL) and read it with dragon.dataset(path)."
-        )
-    kind = mapping.pop("kind", None)
-    if kind == "conversations":
-        ds = conversations(source, name=spec.get("name"))
-    else:
-        ds = dataset(source, format=spec.get("format"), name=spec.get("name"),
-                     max_bytes=spec.get("max_bytes"), split=spec.get("hub_split"))  # fmt: skip
-        if kind in _MAPPERS:
-            ds = getattr(ds, _MAPPERS[kind])(**{k: v for k, v in mapping.items() if v is not None})
-    if spec.get("split_set"):
-        ds = ds.split(eval_frac=spec["eval_frac"], seed=spec["seed"])
-    return ds
 
 
 def _judge_spec(judge: Any) -> Any:

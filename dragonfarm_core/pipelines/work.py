@@ -16,7 +16,6 @@ from typing import Any
 
 from dragonfarm_core.judging.inputs import data_rows
 from dragonfarm_core.judging.inputs import prompts as run_prompts
-from dragonfarm_core.pipelines import record as record_io
 from dragonfarm_core.pipelines.context import Context, watch_run
 from dragonfarm_core.pipelines.steps import (
     EvaluateStep,
@@ -30,6 +29,7 @@ from dragonfarm_core.pipelines.steps import (
 )
 from dragonfarm_core.rewards.task_metrics import last_number, parse_json
 from dragonfarm_core.rundir import files
+from dragonfarm_core.rundir import pipeline_record as record_io
 from dragonfarm_core.rundir.run import Run, open_run
 from dragonfarm_core.training.train import resume, start
 

@@ -1,6 +1,7 @@
 """How many threads torch trains on: the cores this process may use that no other process is
 busy on, and threads that sleep rather than spin while they wait for each other. (The worker's
-chat decode asks the same question at every reply: `OtherLoad`.)
+chat decode asks the same question at every reply: `OtherLoad`.) Torch-free: the trainer sets the
+count it chose (`trainers/torch_threads.py`).
 
 On a machine that is busy with something else (another training, tests, a browser), torch's
 default (one thread per core, OpenMP threads spinning at every barrier) is a disaster: measured
@@ -89,18 +90,3 @@ def before_torch(environ: MutableMapping[str, str] | None = None) -> None:
     """Make OpenMP's waiting threads sleep (unless the user chose a policy): call it before
     torch is imported, which is when OpenMP reads it."""
     (os.environ if environ is None else environ).setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
-def apply() -> str:
-    """Set torch's thread count; returns the line the trainer logs."""
-    import torch
-
-    chosen = choose_threads()
-    if chosen is None:
-        return f"torch threads: {torch.get_num_threads()} (OMP_NUM_THREADS)"
-    torch.set_num_threads(chosen)
-    return (
-        f"torch threads: {chosen} of {usable_cores()} cores (the others were busy)"
-        if (chosen < usable_cores())
-        else f"torch threads: {chosen}"
-    )

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from dragonfarm_core.methods import method
 from dragonfarm_core.rundir import allocator, disk, files, launch, queue, threads
+from dragonfarm_core.trainers import torch_threads
 from dragonfarm_core.trainers.log_noise import quiet_library_noise
 
 TRAINER_MODULE_ENV = "DRAGONFARM_TRAINER_MODULE"
@@ -104,7 +105,7 @@ def _train(run_dir: Path) -> int:
         threads.before_torch()  # OpenMP reads its wait policy when torch loads it
         module = importlib.import_module(trainer_module(files.read_config(run_dir)))
         if "torch" in sys.modules:  # a stand-in trainer (tests) may not use torch
-            print(f"{threads.apply()}; malloc: {allocator.allocator_in_use()}", flush=True)
+            print(f"{torch_threads.apply()}; malloc: {allocator.allocator_in_use()}", flush=True)
         module.main(str(run_dir))
     except SystemExit as exc:
         if exc.code not in (0, None):
@@ -136,7 +137,7 @@ def _train_rank(run_dir: Path) -> int:
     the run's turn). A failure propagates: rank 0 records it, the launcher sees the exit."""
     threads.before_torch()
     module = importlib.import_module(trainer_module(files.read_config(run_dir)))
-    line = threads.apply()  # accelerate sets OMP_NUM_THREADS per process (1 unless given)
+    line = torch_threads.apply()  # accelerate sets OMP_NUM_THREADS per process (1 unless given)
     line += f"; malloc: {allocator.allocator_in_use()}"
     if os.environ["RANK"] == "0":
         print(line, flush=True)

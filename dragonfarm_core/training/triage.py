@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from dragonfarm_core.data.from_spec import dataset_from_spec
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.disk import DISK_FULL
 from dragonfarm_core.rundir.run import Run, open_run
@@ -137,7 +138,6 @@ def triage(run: Run | str | os.PathLike[str]) -> Triage | None:
 def retry(run: Run | str | os.PathLike[str], fix: Fix, wait: bool = False) -> Run:
     """Apply `fix`: a new run from `run`'s config with the fix's changes (next to it), or, for
     a resume fix, `run` resumed."""
-    from dragonfarm_core.pipelines.steps import dataset_from_spec
     from dragonfarm_core.spec import RunSpec
     from dragonfarm_core.training import train as training
 

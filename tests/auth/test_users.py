@@ -15,11 +15,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from tests.cli.test_cli import cli
 
 from dragonfarm_core.auth import users
 from dragonfarm_core.auth.login_guard import ExpiringTokens
 from dragonfarm_core.auth.login_throttle import FIRST_LOCK_S, FORGET_S, MAX_LOCK_S, LoginThrottle
+from tests.cli.test_cli import cli
 
 PASSWORD = "correct horse battery"
 

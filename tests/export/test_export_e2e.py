@@ -26,7 +26,7 @@ BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 sys.path.insert(0, str(ROOT / "tests" / "inference"))
 sys.path.insert(0, str(ROOT / "tests" / "trainers"))
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.gguf]  # gguf: needs the llama.cpp build
 
 
 def llama_cpp_missing() -> str | None:
@@ -41,8 +41,9 @@ def llama_cpp_missing() -> str | None:
 def trained(tmp_path_factory):
     if (why := llama_cpp_missing()) is not None:
         pytest.fail(f"llama.cpp is not available: {why} Run: python scripts/build_llama_cpp.py")
-    from tests.export.test_merge import train
     from trainer_fixtures import support_conversations
+
+    from tests.export.test_merge import train
 
     root = tmp_path_factory.mktemp("export-e2e")
     return train(root / "20260101-000000-support", support_conversations(30, seed=5), BUNDLED)
@@ -52,6 +53,7 @@ def test_a_trained_run_is_served_by_ollama_published_and_served_from_its_gguf(tr
     from hub_fakes import FakeHub
     from inference_fakes import FakeOllama
     from openai import OpenAI
+
     from tests.serve.test_serve import serve_in_thread
 
     run_dir = trained

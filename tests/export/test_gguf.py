@@ -257,8 +257,9 @@ def tools():
 def run_dir(tmp_path_factory):
     """A tiny real run on the bundled model, not merged yet."""
     sys.path.insert(0, str(ROOT / "tests" / "trainers"))
-    from tests.export.test_merge import BUNDLED, train
     from trainer_fixtures import build_tiny_model, support_conversations
+
+    from tests.export.test_merge import BUNDLED, train
 
     root = tmp_path_factory.mktemp("gguf")
     base = BUNDLED if (BUNDLED / "config.json").is_file() else build_tiny_model(root / "m")
@@ -272,6 +273,7 @@ def f16(run_dir, tools):
 
 
 @pytest.mark.slow
+@pytest.mark.gguf
 def test_f16_and_q8_0_exports_pass_the_round_trip(run_dir, f16, tools):
     merged = export.default_out_dir(run_dir).resolve()
     assert f16 == run_dir.resolve() / "merged-f16.gguf" and f16.read_bytes()[:4] == b"GGUF"
@@ -297,6 +299,7 @@ def test_f16_and_q8_0_exports_pass_the_round_trip(run_dir, f16, tools):
 
 
 @pytest.mark.slow
+@pytest.mark.gguf
 def test_a_template_changed_after_export_is_caught(run_dir, f16, tools, tmp_path):
     changed = tmp_path / "changed"
     shutil.copytree(export.default_out_dir(run_dir), changed)
@@ -314,6 +317,7 @@ def test_a_template_changed_after_export_is_caught(run_dir, f16, tools, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.gguf
 def test_a_gguf_converted_from_the_raw_folder_is_caught(run_dir, f16, tools, tmp_path):
     """llama.cpp's converter on the merged folder as transformers 5 saves it, without the
     staged tokenizer_config.json: the GGUF adds a BOS the model never saw (and would split

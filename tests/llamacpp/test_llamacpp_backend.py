@@ -112,6 +112,7 @@ def llama(gguf):
 
 
 @pytest.mark.slow
+@pytest.mark.gguf
 def test_greedy_replies_are_the_hf_paths(gguf, llama):
     worker_stop()
     try:
@@ -125,6 +126,7 @@ def test_greedy_replies_are_the_hf_paths(gguf, llama):
 
 
 @pytest.mark.slow
+@pytest.mark.gguf
 def test_streamed_pieces_make_the_reply_and_seeds_repeat(llama):
     pieces: list[str] = []
     messages = [{"role": "user", "content": PROMPTS[1]}]
@@ -135,6 +137,7 @@ def test_streamed_pieces_make_the_reply_and_seeds_repeat(llama):
 
 
 @pytest.mark.slow
+@pytest.mark.gguf
 def test_a_killed_server_is_started_again(llama):
     messages = [{"role": "user", "content": PROMPTS[0]}]
     first = llama.chat(None, messages, Sampling(16, 0.0))
@@ -146,6 +149,7 @@ def test_a_killed_server_is_started_again(llama):
 
 
 @pytest.mark.slow
+@pytest.mark.gguf
 def test_a_run_is_exported_on_demand_and_then_reused(tmp_path, monkeypatch, gguf):
     from dragonfarm_core.inference import llamacpp
 

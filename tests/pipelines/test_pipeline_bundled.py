@@ -14,7 +14,7 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core.export.merge import is_complete
-from dragonfarm_core.pipelines import record as pipeline_record
+from dragonfarm_core.rundir import pipeline_record
 from tests.llm.llm_fakes import FakeOpenAI
 from tests.pipelines.judges import longer_is_better
 

@@ -9,7 +9,7 @@ import ast
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.pipelines import record as pipeline_record
+from dragonfarm_core.rundir import pipeline_record
 
 PAYLOAD = "import pathlib; pathlib.Path({mark!r}).write_text('ran')"
 # Every way a stored value could end a comment line or a string literal.

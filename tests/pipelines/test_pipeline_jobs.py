@@ -12,8 +12,7 @@ import signal
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.pipelines import record as pipeline_record
-from dragonfarm_core.rundir import files, jobs
+from dragonfarm_core.rundir import files, jobs, pipeline_record
 from tests.pipelines.judges import as_function, first_sample_best
 
 SLOW = {"FAKE_TRAINER_STEPS": "60", "FAKE_TRAINER_STEP_S": "0.05", "FAKE_TRAINER_SAVE_EVERY": "5"}

@@ -112,7 +112,7 @@ def test_a_failing_step_fails_the_pipeline_and_names_it(runs_root, model_dir, sf
 def test_code_of_a_pipeline_declares_the_same_steps(runs_root, model_dir, sft_data, pairs_data,
                                                     monkeypatch):  # fmt: skip
     from dragonfarm_core.pipelines import pipeline as pipelines
-    from dragonfarm_core.pipelines import record as pipeline_record
+    from dragonfarm_core.rundir import pipeline_record
 
     judge = dragon.judge_openai("judge-model", "http://127.0.0.1:9/v1", api_key_env="MY_KEY")
     prompts = dragon.dataset(sft_data.source).map_prompts(prompt="question", reference="answer")
@@ -149,7 +149,7 @@ def test_code_of_a_pipeline_declares_the_same_steps(runs_root, model_dir, sft_da
 
 
 def test_code_of_a_hand_written_record_takes_the_defaults_it_leaves_out(runs_root, sft_data):
-    from dragonfarm_core.pipelines import record as pipeline_record
+    from dragonfarm_core.rundir import pipeline_record
 
     spec = dragon.steps.train(sft_data).to_dict()
     spec = {k: v for k, v in spec.items() if k not in ("lora", "args", "n_samples")}

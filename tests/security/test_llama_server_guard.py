@@ -20,7 +20,6 @@ import httpx
 import psutil
 import pytest
 from openai import OpenAI
-from tests.serve.test_serve import serve_in_thread
 
 import dragonfarm_core as dragon
 from dragonfarm_core.auth import http_guard
@@ -28,8 +27,9 @@ from dragonfarm_core.llamacpp import location as llama_cpp
 from dragonfarm_core.llamacpp.location import LlamaCppMissing
 from dragonfarm_core.llamacpp.server import LlamaServer
 from dragonfarm_core.serve import server as serve
+from tests.serve.test_serve import serve_in_thread
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.gguf]  # gguf: needs the llama.cpp build
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"

@@ -16,8 +16,7 @@ import pytest
 from run_refs_scene import write_run
 
 import dragonfarm_core as dragon
-from dragonfarm_core.pipelines import record as pipeline_record
-from dragonfarm_core.rundir import files, location
+from dragonfarm_core.rundir import files, location, pipeline_record
 from ui.tabs import pipelines
 
 REFUSED = "outside the pipelines folder"

@@ -15,10 +15,10 @@ import httpx
 import openai
 import pytest
 from openai import OpenAI
-from tests.serve.test_serve import Scripted, serve_in_thread
 
 from dragonfarm_core.auth import http_guard
 from dragonfarm_core.serve.server import build_api, main
+from tests.serve.test_serve import Scripted, serve_in_thread
 
 CONTEXT = 2048
 HI = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}]}

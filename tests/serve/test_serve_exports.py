@@ -8,11 +8,11 @@ import shutil
 from pathlib import Path
 
 from openai import OpenAI
-from tests.serve.test_serve import Scripted, serve_in_thread
 
 from dragonfarm_core.export import merge as export
 from dragonfarm_core.rundir import files
 from dragonfarm_core.serve import server as serve
+from tests.serve.test_serve import Scripted, serve_in_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"

@@ -18,7 +18,7 @@ from dragonfarm_core.models import ResolvedModel
 from ui import chat_session
 from ui.tabs import chat
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.gguf]  # gguf: needs the llama.cpp build
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 VIEW = ["bot0", "bot1", "session", "message", "notice", "usage", "code", "error"]
@@ -33,8 +33,9 @@ def test_a_run_is_exported_once_inside_its_folder_and_answers_as_the_worker_does
     except LlamaCppMissing as e:
         pytest.fail(f"This test needs llama.cpp: {e}")
     sys.path.insert(0, str(ROOT / "tests" / "trainers"))
-    from tests.export.test_merge import train
     from trainer_fixtures import support_conversations
+
+    from tests.export.test_merge import train
 
     runs = tmp_path / "runs"
     run = train(runs / "20260101-000000-support", support_conversations(30, seed=5), BUNDLED)

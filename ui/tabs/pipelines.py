@@ -42,7 +42,7 @@ LOG_LINES = 40
 ACTIVE = ("queued", "running")
 RESUMABLE = ("failed", "cancelled")
 ERRORS = (FileNotFoundError, RuntimeError, ValueError, TypeError, OSError)
-RECORD_SUFFIX = ".json"  # pipelines/<id>.json (dragonfarm_core.pipelines.record)
+RECORD_SUFFIX = ".json"  # pipelines/<id>.json (dragonfarm_core.rundir.pipeline_record)
 NO_PIPELINE = "No pipeline yet: build one above and press Start."
 CODE_HINT = "# Start or pick a pipeline; the Python that reproduces it appears here."
 
