@@ -7,7 +7,7 @@ max_seq_len, batch size, gradient accumulation, learning rate and schedule, and 
 of optimizer steps; everything else is each side's default (TRL: random order with dynamic
 padding, no packing, completion-only loss from the prompt-completion format, gradient
 checkpointing, bf16 autocast). Each arm runs in its own subprocess, so peak RSS is its own; ours
-on the malloc a trainer process runs on (trainers/allocator.py: tcmalloc or jemalloc where the
+on the malloc a trainer process runs on (rundir/allocator.py: tcmalloc or jemalloc where the
 machine has one), TRL's script on the system's. Real tokens/s counts non-padding tokens over the
 training loop's steps (model loading, tokenization and held-out measurements excluded on both
 sides: ours measures the held-out loss at step 0, the curve's start, inside its loop and times

@@ -60,7 +60,7 @@ CHECKPOINTED_SHARE = 0.4  # activations kept with gradient checkpointing (see pa
 # 0.92 on the sixth, the bundled model at 8 x 759 tokens in float32), before the LM head ran in
 # slices; with them (and the log-softmax kept once) -5 % to +6 % on five, +26 % on that one.
 BACKWARD_SLACK = 1.2
-# A trainer on a CPU with tcmalloc or jemalloc preloaded (trainers/allocator.py) peaks at what
+# A trainer on a CPU with tcmalloc or jemalloc preloaded (rundir/allocator.py) peaks at what
 # it uses, without glibc heap's holes (which is what the attention term in parts_mib had been
 # fitted to): fitted on bench/preflight.py's six settings (2026-12-06, tcmalloc), the activations
 # without that term, times 1.3 (measured over counted 1.25-1.51), and 0.22 of them kept with

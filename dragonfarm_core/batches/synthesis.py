@@ -5,7 +5,7 @@
 
 `start_synthesis` writes the prompts, the models (as their descriptions: an API model's key
 goes to the job on stdin, never into a file) and the settings into the job's spec through
-`llm_jobs`; `job_work` runs in the child (rebuilds the models, runs `synthesize` or
+`batches/jobs.py`; `job_work` runs in the child (rebuilds the models, runs `synthesize` or
 `synthesize_pairs`, writes RESULT_FILE); `job_result` reads what it made back. Ctrl-C, or a
 cancelled job, stops between requests and writes nothing.
 """
@@ -38,7 +38,7 @@ def start_synthesis(
     settings: dict[str, Any],
     runs_dir: str | os.PathLike[str] | None = None,
 ) -> Any:
-    """Start `synthesize` or `synthesize_pairs` as a job (`llm_jobs`) in <runs_dir>/jobs/;
+    """Start `synthesize` or `synthesize_pairs` as a job (`batches/jobs.py`) in <runs_dir>/jobs/;
     returns the `LLMJob` at once. models: "teacher", "student", "judge" -> an LLM (its key goes
     to the job on stdin, never into a file) or a model id / run folder (answered locally, the
     job then waits its turn for the device). settings: the function's other arguments."""

@@ -16,7 +16,7 @@ chosen with `seed`, so runs sharing a dataset are judged on the same questions.
 The result goes to the run's judge.json (mode, the judge described without secrets, summary,
 one row per prompt), written atomically, and the summary (`judge_summary`) into the run's status.json under
 "judge", where `runs()` (its judge column) and the comparison read it. From the app the same
-work runs as a job (`llm_jobs`).
+work runs as a job (`batches/jobs.py`).
 """
 
 from __future__ import annotations

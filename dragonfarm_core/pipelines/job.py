@@ -1,7 +1,7 @@
 """The background pipeline's process: `python -m dragonfarm_core.pipelines.job RECORD`.
 
 `pipelines.pipeline(..., background=True)` starts it through the job runner (`rundir.jobs`,
-folder pipelines/<id>/) with its judges' keys on stdin, as `llm_jobs` hands them over: kept
+folder pipelines/<id>/) with its judges' keys on stdin, as `batches/jobs.py` hands them over: kept
 in memory only, and scrubbed from its output. It makes the steps again from the record and
 runs them from the first unfinished one with `pipeline_runner.run_steps`, inside
 `jobs.run_job` (status, heartbeat). Kept apart from `pipeline_runner`, which the package

@@ -1,4 +1,4 @@
-"""A trainer process keeps freed memory (trainers/allocator.py): glibc's thresholds are raised,
+"""A trainer process keeps freed memory (rundir/allocator.py): glibc's thresholds are raised,
 as mallinfo2 and a freed block's reuse show, in a child process so this one is left alone."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The trainer's thread policy (trainers/threads.py): the idle cores of its affinity mask, at
+"""The trainer's thread policy (rundir/threads.py): the idle cores of its affinity mask, at
 least one, sleeping OpenMP waits; what the user set wins. Its effect: bench/threads_under_load.py."""
 
 from __future__ import annotations

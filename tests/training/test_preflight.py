@@ -67,7 +67,7 @@ def test_the_batch_length_is_the_longest_row_capped_at_max_seq_len():
 
 @pytest.mark.parametrize("fast_malloc", [None, "libtcmalloc_minimal.so.4"])
 def test_a_run_that_does_not_fit_is_refused_with_fixes_that_fit(monkeypatch, tmp_path, fast_malloc):
-    # the trainer on glibc's malloc, or on tcmalloc (trainers/allocator.py)
+    # the trainer on glibc's malloc, or on tcmalloc (rundir/allocator.py)
     monkeypatch.setattr(preflight.allocator, "fast_allocator", lambda: fast_malloc)
     big = spec(batch_size=16, grad_accum=1, max_seq_len=1024)
     shape = preflight.Shape.read(bundled_model_path())
