@@ -20,10 +20,10 @@ from dragonfarm_core.bundles.bundle import bundle, pack_run
 from dragonfarm_core.bundles.remote import python_requirements, remote, remote_providers
 from dragonfarm_core.bundles.results_check import ResultsRefused
 from dragonfarm_core.bundles.results_import import import_results
-from dragonfarm_core.chat.conversation import Chat, chat, chat_load
-from dragonfarm_core.chat.feedback_store import feedback
-from dragonfarm_core.chat.generation import generate
 from dragonfarm_core.codegen.run import code
+from dragonfarm_core.conversation.chat import Chat, chat, chat_load
+from dragonfarm_core.conversation.feedback_store import feedback
+from dragonfarm_core.conversation.generation import generate
 from dragonfarm_core.data import (
     HOUSE_STYLE_PATTERN,
     DataReport,

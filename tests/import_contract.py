@@ -54,7 +54,7 @@ APP_FACING: dict[str, str] = {
     "dragonfarm_core.chat_template": (
         "the Mapping preview: rows through the model's chat template, the learned span marked"
     ),
-    "dragonfarm_core.chat.feedback_store": (
+    "dragonfarm_core.conversation.feedback_store": (
         "the feedback-file readers: the Feedback tab shows events.jsonl without writing datasets"
     ),
     "dragonfarm_core.environment": "format_check: the lines `dragonfarm check` prints (Model tab)",

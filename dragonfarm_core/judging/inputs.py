@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dragonfarm_core.chat.generation import generate
+from dragonfarm_core.conversation.generation import generate
 from dragonfarm_core.judging import judges as judging
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import Run, open_run

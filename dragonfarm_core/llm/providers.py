@@ -286,7 +286,7 @@ class LocalLLM(LLM):
 
     def _fetch(self, prompts: list[str]) -> list[Reply]:
         # One call: the backend batches (the local worker) or parallelises (a server) itself.
-        from dragonfarm_core.chat.generation import generate
+        from dragonfarm_core.conversation.generation import generate
 
         self._count(requests=len(prompts))
         replies = generate(

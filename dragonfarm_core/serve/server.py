@@ -49,7 +49,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dragonfarm_core.auth import http_guard
-from dragonfarm_core.chat.generation import target_for
+from dragonfarm_core.conversation.generation import target_for
 from dragonfarm_core.inference.llamacpp import backend_llamacpp
 from dragonfarm_core.inference.local import backend_local
 from dragonfarm_core.inference.protocol import (

@@ -125,7 +125,7 @@ def test_rewards(
     reinforce(): the same temperature, top_p 1 (a backend's own defaults, such as a model's
     repetition penalty in the local worker, may still apply).
     """
-    from dragonfarm_core.chat.generation import target_for
+    from dragonfarm_core.conversation.generation import target_for
     from dragonfarm_core.inference.default import backend as default_backend
     from dragonfarm_core.inference.protocol import Sampling
 

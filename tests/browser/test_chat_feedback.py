@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 import dragonfarm_core as dragon
-from dragonfarm_core.chat.feedback_store import read_events
+from dragonfarm_core.conversation.feedback_store import read_events
 from dragonfarm_core.models import bundled_model_path
 
 REPLY_MS = 180_000  # the first reply starts the worker: it imports torch and loads the model

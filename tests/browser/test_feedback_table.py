@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 from table_view import headers_out_of_view
 
-from dragonfarm_core.chat.feedback_store import record_event
+from dragonfarm_core.conversation.feedback_store import record_event
 
 PROMPT = (
     "My laptop cannot connect to the VPN since this morning; the client says 'authentication "

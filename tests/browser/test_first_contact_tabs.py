@@ -19,7 +19,7 @@ from playwright.sync_api import Page, expect
 from table_view import HEADER_BOXES, first_row_cells, headers_out_of_view
 
 import dragonfarm_core as dragon
-from dragonfarm_core.chat.feedback_store import record_event
+from dragonfarm_core.conversation.feedback_store import record_event
 from dragonfarm_core.rundir import files
 from ui import layout
 

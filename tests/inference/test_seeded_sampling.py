@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from inference_fakes import FakeOllama, FakeOpenAI
 
-from dragonfarm_core.chat.generation import generate
+from dragonfarm_core.conversation.generation import generate
 from dragonfarm_core.inference import (
     Sampling,
     backend_local,

@@ -10,7 +10,7 @@ import pytest
 from inference_fakes import free_port
 from openai import OpenAI
 
-from dragonfarm_core.chat.generation import generate
+from dragonfarm_core.conversation.generation import generate
 from dragonfarm_core.inference import backend_local, backend_server, worker_stop
 
 pytestmark = pytest.mark.slow

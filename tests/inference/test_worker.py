@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from dragonfarm_core.chat.generation import generate
+from dragonfarm_core.conversation.generation import generate
 from dragonfarm_core.inference import Sampling, backend_local, worker_stop
 from dragonfarm_core.inference.target import resolve_target
 
@@ -113,8 +113,8 @@ def test_killing_the_worker_mid_request_restarts_it(tiny_run, local):
 
 
 def test_chat_with_the_local_worker(tiny_run, local, tmp_path):
-    from dragonfarm_core.chat.conversation import chat
-    from dragonfarm_core.chat.feedback_store import read_events
+    from dragonfarm_core.conversation.chat import chat
+    from dragonfarm_core.conversation.feedback_store import read_events
 
     c = chat(
         tiny_run,

@@ -26,7 +26,7 @@ from run_refs_scene import snapshot, write_run
 import dragonfarm_core as dragon
 from dragonfarm_core.auth import users
 from dragonfarm_core.auth.profiles import LAB_ROOT_ENV, Profile, get_profile
-from dragonfarm_core.chat.feedback_store import EVENTS_FILE, feedback_dir
+from dragonfarm_core.conversation.feedback_store import EVENTS_FILE, feedback_dir
 from dragonfarm_core.rundir import files, launch, location
 from ui import per_user
 from ui.layout import build_app

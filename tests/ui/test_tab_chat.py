@@ -16,7 +16,7 @@ from typing import Any
 import gradio as gr
 import pytest
 
-from dragonfarm_core.chat.feedback_store import read_events
+from dragonfarm_core.conversation.feedback_store import read_events
 from dragonfarm_core.inference import InferenceError
 from dragonfarm_core.models import ResolvedModel
 from dragonfarm_core.rundir import files, location, store

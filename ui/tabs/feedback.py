@@ -18,7 +18,7 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core.chat.feedback_store import (
+from dragonfarm_core.conversation.feedback_store import (
     EVENTS_FILE,
     damage_note,
     feedback_dir,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dragonfarm_core.chat.feedback_store import feedback, record_event
+from dragonfarm_core.conversation.feedback_store import feedback, record_event
 from dragonfarm_core.data import conversations, dataset
 from dragonfarm_core.rundir import files
 

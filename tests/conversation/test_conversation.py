@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from dragonfarm_core.chat.conversation import chat, chat_load
-from dragonfarm_core.chat.feedback_store import read_events
+from dragonfarm_core.conversation.chat import chat, chat_load
+from dragonfarm_core.conversation.feedback_store import read_events
 from dragonfarm_core.inference import InferenceError, backend_local
 
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dragonfarm_core.chat.feedback_store import record_event
-from dragonfarm_core.chat.generation import target_for
+from dragonfarm_core.conversation.feedback_store import record_event
+from dragonfarm_core.conversation.generation import target_for
 from dragonfarm_core.inference.default import backend as default_backend
 from dragonfarm_core.inference.protocol import Backend, Message, OnToken, Sampling
 from dragonfarm_core.inference.target import Target

@@ -18,8 +18,13 @@ from pathlib import Path
 import pytest
 
 import dragonfarm_core as dragon
-from dragonfarm_core.chat import feedback_store
-from dragonfarm_core.chat.feedback_store import EVENTS_FILE, feedback_dir, read_events, record_event
+from dragonfarm_core.conversation import feedback_store
+from dragonfarm_core.conversation.feedback_store import (
+    EVENTS_FILE,
+    feedback_dir,
+    read_events,
+    record_event,
+)
 from dragonfarm_core.rundir import files
 from ui.tabs import feedback as feedback_tab
 
@@ -27,7 +32,7 @@ ASK = [{"role": "user", "content": "My order arrived damaged."}]
 # The child: append one event with only `room` more bytes allowed in any file it writes.
 CUT_SHORT = textwrap.dedent("""
     import resource, signal, sys
-    from dragonfarm_core.chat.feedback_store import record_event
+    from dragonfarm_core.conversation.feedback_store import record_event
     runs_dir, room = sys.argv[1], int(sys.argv[2])
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit raises instead
     resource.setrlimit(resource.RLIMIT_FSIZE, (room, room))

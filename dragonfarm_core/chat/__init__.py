@@ -1,1 +1,0 @@
-"""Chat: `generate`, conversations, and the feedback they collect."""
