@@ -1,7 +1,7 @@
 """The widgets that choose a teacher, student or judge for synthesis, and the model they make.
 
     teacher = llm_form("synth-teacher", "teacher")        # provider, model, URL, key
-    llm = make_llm(*values, role="teacher", runs_dir=ctx.runs_dir)
+    llm = make_llm(**values, role="teacher", runs_dir=ctx.runs_dir)  # values: teacher.form's
     expression, notes = model_code(llm)                   # for the code panel, without the key
 
 The provider is Claude (Anthropic), an OpenAI-compatible server (a URL and a model), or a local
@@ -42,8 +42,9 @@ class LLMForm:
     key: gr.Textbox
 
     @property
-    def inputs(self) -> list[Any]:
-        return [self.kind, self.model, self.url, self.key]
+    def form(self) -> dict[str, Any]:
+        """The widgets by `make_llm`'s parameter names (for `ui.named`)."""
+        return {"kind": self.kind, "model": self.model, "url": self.url, "key": self.key}
 
 
 def llm_form(prefix: str, role: str, kind: str = "anthropic") -> LLMForm:

@@ -8,6 +8,7 @@ a password field goes to the job on its stdin: it is in no code panel, log, file
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +42,16 @@ def start_pairs(
     temperature: float,
     max_new_tokens: float | None,
     rubric: str | None,
-    j_kind: str,
-    j_model: str | None,
-    j_url: str | None,
-    j_key: str | None,
+    judge: Mapping[str, Any],
     *,
     runs_dir: Path,
 ) -> tuple[Any, ...]:
-    """Build pairs -> the outputs (see `_view`), at once: the job, which the timer watches."""
+    """Build pairs -> the outputs (see `_view`), at once: the job, which the timer watches.
+    `judge`: the judge `llm_form`'s values by name."""
     try:
         prompts = run_prompts(run, split, n, runs_dir)
         folder = str(refs.resolve_run(str(run), runs_dir))
-        judge = make_llm(j_kind, j_model, j_url, j_key, role="judge", runs_dir=runs_dir,
-                         judge=True)  # fmt: skip
+        judge_llm = make_llm(**judge, role="judge", runs_dir=runs_dir, judge=True)
         settings = {
             "n_samples": int(n_samples or 0),
             "min_gap": float(min_gap),
@@ -61,10 +59,11 @@ def start_pairs(
             "max_new_tokens": int(max_new_tokens or 256),
             "rubric": (rubric or "").strip() or None,
         }
-        code = pairs_code(folder, split, n, judge, settings, runs_dir)
+        code = pairs_code(folder, split, n, judge_llm, settings, runs_dir)
         job = dragon.start_synthesis(
-            "synthesize_pairs", prompts, {"student": folder, "judge": judge}, settings, runs_dir
-        )
+            "synthesize_pairs", prompts, {"student": folder, "judge": judge_llm}, settings,
+            runs_dir,
+        )  # fmt: skip
     except ERRORS as e:
         return refused(str(e))
     told = (
@@ -120,6 +119,7 @@ def build_pairs(ctx: AppContext) -> None:
         judge = llm_form("pairs-judge", "judge")
         rubric = gr.Textbox(label="Rubric (optional)", elem_id="pairs-rubric")
         widgets = job_widgets("pairs", "Build pairs", "Pairs (first 10)", PAIRS_HINT)
-    inputs = [run, split, n, n_samples, min_gap, temperature, max_new_tokens, rubric,
-              *judge.inputs]  # fmt: skip
-    wire(ctx, widgets, run, start_pairs, inputs)
+    form = {"run": run, "split": split, "n": n, "n_samples": n_samples, "min_gap": min_gap,
+            "temperature": temperature, "max_new_tokens": max_new_tokens, "rubric": rubric,
+            "judge": judge.form}  # fmt: skip
+    wire(ctx, widgets, run, start_pairs, form)

@@ -13,7 +13,7 @@ step's rewards from a rewards builder like the Train tab's (`ui.rewards_builder`
 from __future__ import annotations
 
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -25,7 +25,7 @@ import dragonfarm_core as dragon
 from dragonfarm_core.pipelines.chain import PipelineError, check_steps
 from dragonfarm_core.pipelines.steps import KINDS, Step
 from dragonfarm_core.settings import SettingsError, TrainArgs
-from ui import llm_form, pipeline_form, pipeline_view, present
+from ui import llm_form, named, pipeline_form, pipeline_view, present
 from ui.rewards_builder import build_rewards
 from ui.settings_form import field_widget, read_group, shown_fields
 
@@ -69,14 +69,14 @@ def _edited(steps: list[Step], selected: int | None) -> tuple[Any, ...]:
 
 
 def _page_values(kind: str, mapped: dragon.Dataset | None, data: str | None,
-                 rewards: Sequence[Any] | None, use_defaults: bool, args_values: Sequence[Any],
-                 judge: Sequence[Any], runs_dir: Path) -> dict[str, Any]:  # fmt: skip
+                 rewards: Sequence[Any] | None, use_defaults: bool, args: Mapping[str, Any],
+                 judge: Mapping[str, Any], runs_dir: Path) -> dict[str, Any]:  # fmt: skip
     """What a step of `kind` takes from the page: its dataset, training settings, judge,
     rewards."""
     page: dict[str, Any] = {}
     cls = KINDS[kind]
     if cls.trains:
-        page["args"] = None if use_defaults else read_group(TrainArgs, list(args_values))
+        page["args"] = None if use_defaults else read_group(TrainArgs, args)
     if kind == "reinforce":
         if not rewards:
             raise ValueError("A reinforce step needs at least one reward: add one under "
@@ -88,23 +88,24 @@ def _page_values(kind: str, mapped: dragon.Dataset | None, data: str | None,
                              "none: load data in the Data tab and map it in the Mapping tab.")  # fmt: skip
         page["dataset"] = mapped
     if kind in JUDGED:
-        page["judge"] = llm_form.make_llm(*judge, role="judge", runs_dir=runs_dir, judge=True)
+        page["judge"] = llm_form.make_llm(**judge, role="judge", runs_dir=runs_dir, judge=True)
     return page
 
 
 def add_step(steps: list[Step] | None, kind: str, mapped: dragon.Dataset | None,
              data: str | None, rewards: Sequence[Any] | None, use_defaults: bool,
-             *values: Any, runs_dir: Path) -> tuple[Any, ...]:  # fmt: skip
-    """Add -> (steps, step list, check line, error box). `values`: the judge form's four, then
-    every kind's widgets (in KIND_CHOICES order), then the TrainArgs widgets."""
+             judge: Mapping[str, Any], fields: Mapping[str, Mapping[str, Any]],
+             args: Mapping[str, Any], *, runs_dir: Path) -> tuple[Any, ...]:  # fmt: skip
+    """Add -> (steps, step list, check line, error box). By name: `judge`, the judge form's
+    values; `fields`, each kind's own widgets' values (kind -> field -> value); `args`, the
+    TrainArgs widgets' values."""
     steps = list(steps or [])
-    judge, rest = values[:4], values[4:]
-    n_kinds = sum(pipeline_form.widget_counts().values())
     try:
-        fields = pipeline_form.read_fields(kind, pipeline_form.values_of(kind, rest[:n_kinds]))
-        page = _page_values(kind, mapped, data, rewards, use_defaults, rest[n_kinds:], judge,
-                            runs_dir)  # fmt: skip
-        step = pipeline_form.make_step(kind, fields, **page)
+        if kind not in fields:
+            raise ValueError(f"Unknown step kind {kind!r}; one of {', '.join(fields)}.")
+        read = pipeline_form.read_fields(kind, fields[kind])
+        page = _page_values(kind, mapped, data, rewards, use_defaults, args, judge, runs_dir)
+        step = pipeline_form.make_step(kind, read, **page)
     except ERRORS as e:
         return gr.skip(), gr.skip(), gr.skip(), present.error_html(str(e))
     steps.append(step)
@@ -139,19 +140,19 @@ def show_kind(kind: str) -> list[Any]:
             gr.update(visible=trains), gr.update(visible=kind == "reinforce")]  # fmt: skip
 
 
-def _args_widgets() -> tuple[gr.Checkbox, list[gr.Component]]:
+def _args_widgets() -> tuple[gr.Checkbox, dict[str, gr.Component]]:
     """The training settings shared by the training kinds (by default none: each step takes
     the settings recommended for its model and method, `dragon.recommended`)."""
     defaults = TrainArgs()
     use = gr.Checkbox(True, label="Use the settings recommended for the model and method",
                       elem_id="pipe-args-defaults")  # fmt: skip
-    fields, widgets = shown_fields(TrainArgs), []
+    fields, widgets = shown_fields(TrainArgs), {}
     hints = typing.get_type_hints(TrainArgs)
     for start in range(0, len(fields), 3):
         with gr.Row():
-            widgets += [field_widget(f, hints[f.name], getattr(defaults, f.name),
-                                     elem_id=f"pipe-args-{f.name}")
-                        for f in fields[start : start + 3]]  # fmt: skip
+            for f in fields[start : start + 3]:
+                widgets[f.name] = field_widget(f, hints[f.name], getattr(defaults, f.name),
+                                               elem_id=f"pipe-args-{f.name}")  # fmt: skip
     return use, widgets
 
 
@@ -162,10 +163,10 @@ def build_builder(ctx: Any) -> Builder:
         kind = gr.Dropdown(pipeline_form.KIND_CHOICES, value=first, label="Step",
                            scale=3, elem_id="pipe-kind")  # fmt: skip
         add = gr.Button("Add step", variant="secondary", scale=1, elem_id="pipe-add")
-    groups, kind_values = [], []
+    groups, kind_values = [], {}
     for _, k in pipeline_form.KIND_CHOICES:
         with gr.Group(visible=k == first) as group:
-            kind_values += pipeline_form.kind_widgets(k)
+            kind_values[k] = pipeline_form.kind_widgets(k)
         groups.append(group)
     data = gr.Radio(DATA_CHOICES, value="active", label="Preference pairs", visible=False,
                     elem_id="pipe-data")  # fmt: skip
@@ -185,9 +186,11 @@ def build_builder(ctx: Any) -> Builder:
     error = gr.HTML(elem_id="pipe-builder-error")
     edited = [steps, listing, check, error]
     kind.change(show_kind, kind, [*groups, data, judge_box, args_box, rewards_box])
-    inputs = [steps, kind, ctx.mapped, data, rewards, use_defaults, *judge.inputs,
-              *kind_values, *args_values]  # fmt: skip
-    add.click(partial(add_step, runs_dir=ctx.runs_dir), inputs, edited)
+    form = {"steps": steps, "kind": kind, "mapped": ctx.mapped, "data": data, "rewards": rewards,
+            "use_defaults": use_defaults, "judge": judge.form, "fields": kind_values,
+            "args": args_values}  # fmt: skip
+    add.click(named.handler(partial(add_step, runs_dir=ctx.runs_dir), form), named.inputs(form),
+              edited)  # fmt: skip
     up.click(partial(move_step, delta=-1), [steps, listing], edited)
     down.click(partial(move_step, delta=1), [steps, listing], edited)
     drop.click(remove_step, [steps, listing], edited)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import gradio as gr
@@ -84,13 +84,14 @@ def field_widget(kind: str, field: dataclasses.Field, hint: Any) -> gr.Component
     return gr.Textbox(value=_text(default), max_lines=3, **kwargs)
 
 
-def kind_widgets(kind: str) -> list[gr.Component]:
-    """One widget per shown field of the kind, three to a row."""
+def kind_widgets(kind: str) -> dict[str, gr.Component]:
+    """One widget per shown field of the kind, keyed by field name, three to a row."""
     fields, hints = form_fields(kind), typing.get_type_hints(KINDS[kind])
-    widgets: list[gr.Component] = []
+    widgets: dict[str, gr.Component] = {}
     for start in range(0, len(fields), 3):
         with gr.Row():
-            widgets += [field_widget(kind, f, hints[f.name]) for f in fields[start : start + 3]]
+            for f in fields[start : start + 3]:
+                widgets[f.name] = field_widget(kind, f, hints[f.name])
     return widgets
 
 
@@ -109,27 +110,15 @@ def read_value(kind: str, field: dataclasses.Field, hint: Any, value: Any) -> An
     return text or None
 
 
-def read_fields(kind: str, values: Sequence[Any]) -> dict[str, Any]:
-    """`kind_widgets(kind)`'s values, in order -> the step's keywords."""
+def read_fields(kind: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """`kind_widgets(kind)`'s values, by field name -> the step's keywords."""
+    if kind not in KINDS:
+        raise ValueError(f"Unknown step kind {kind!r}; one of {', '.join(KINDS)}.")
     fields, hints = form_fields(kind), typing.get_type_hints(KINDS[kind])
-    taken = zip(fields, values, strict=True)
-    return {f.name: read_value(kind, f, hints[f.name], v) for f, v in taken}
-
-
-def widget_counts() -> dict[str, int]:
-    """How many widgets each offered kind has, in KIND_CHOICES order (for slicing inputs)."""
-    return {kind: len(form_fields(kind)) for _, kind in KIND_CHOICES}
-
-
-def values_of(kind: str, values: Sequence[Any]) -> list[Any]:
-    """The kind's own values out of every kind's widget values, laid out in KIND_CHOICES order."""
-    counts = widget_counts()
-    start = 0
-    for name, n in counts.items():
-        if name == kind:
-            return list(values[start : start + n])
-        start += n
-    raise ValueError(f"Unknown step kind {kind!r}; one of {', '.join(counts)}.")
+    if set(values) != {f.name for f in fields}:
+        raise ValueError(f"{kind} step values: expected {[f.name for f in fields]}, "
+                         f"got {sorted(values)}.")  # fmt: skip
+    return {f.name: read_value(kind, f, hints[f.name], values[f.name]) for f in fields}
 
 
 def make_step(kind: str, fields: dict[str, Any], **page: Any) -> Step:

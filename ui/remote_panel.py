@@ -24,7 +24,7 @@ import gradio as gr
 import dragonfarm_core as dragon
 from dragonfarm_core.codegen.bundle import bundle_arguments, bundle_code, import_code
 from dragonfarm_core.rundir import refs
-from ui import present
+from ui import named, present
 from ui.context import AppContext
 
 # "Colab: free tier (T4 GPU), paid tiers": the cost in parentheses nested its own and, with the
@@ -56,12 +56,12 @@ def _downloads(info: dict[str, Any]) -> list[str]:
 
 
 def run_elsewhere(
-    read_spec: Callable[..., dragon.RunSpec], provider: str, *values: Any, runs_dir: Path
+    read_spec: Callable[..., dragon.RunSpec], provider: str, *, runs_dir: Path, **values: Any
 ) -> tuple[Any, ...]:
     """Run elsewhere -> (selected run, steps, downloads, code, error box). `read_spec` turns
-    Start's input values into the RunSpec Start would start."""
+    Start's input values, by name, into the RunSpec Start would start."""
     try:
-        spec = read_spec(*values, runs_dir=runs_dir)
+        spec = read_spec(**values, runs_dir=runs_dir)
         run = dragon.bundle(spec.dataset, spec.model, runs_dir=runs_dir, **bundle_arguments(spec))
         info = dragon.remote(run, provider, open=False)
         files = _downloads(info)
@@ -82,13 +82,15 @@ def elsewhere_outputs() -> tuple[Any, Any, Any]:
 
 
 def wire_elsewhere(ctx: AppContext, controls: tuple[Any, Any], outputs: tuple[Any, Any, Any],
-                   inputs: list[Any], code: Any,
+                   form: named.Form, code: Any,
                    read_spec: Callable[..., dragon.RunSpec]) -> None:  # fmt: skip
-    """The click bundles from Start's `inputs` and fills the outputs and the code panel."""
+    """The click bundles from Start's widgets (`form`, read by name) and fills the outputs and
+    the code panel."""
     (provider, button), (steps, downloads, error) = controls, outputs
+    form = {"provider": provider, **form}
     button.click(
-        partial(run_elsewhere, read_spec, runs_dir=ctx.runs_dir),
-        [provider, *inputs],
+        named.handler(partial(run_elsewhere, read_spec, runs_dir=ctx.runs_dir), form),
+        named.inputs(form),
         [ctx.run, steps, downloads, code, error],
     )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -20,10 +21,10 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core.profiles import Profile, get_profile
+from dragonfarm_core.auth.profiles import Profile, get_profile
 from dragonfarm_core.rewards import TYPES, Reward, RewardError, reward_names
 from dragonfarm_core.rewards.checks import OPTIONS
-from ui import present
+from ui import named, present
 from ui.settings_form import field_widget, optional_number
 
 REWARD_TYPES = {
@@ -70,30 +71,38 @@ def _reward_widget(
     )  # fmt: skip
 
 
-def reward_widgets(shown_type: str = "regex", prefix: str = "train") -> list[gr.Component]:
-    """One widget per type-specific Reward field, in REWARD_OPTIONS order; those that
-    `shown_type` reads are visible."""
+def reward_widgets(shown_type: str = "regex", prefix: str = "train") -> dict[str, gr.Component]:
+    """One widget per type-specific Reward field, keyed by field name, in REWARD_OPTIONS
+    order; those that `shown_type` reads are visible."""
     hints = typing.get_type_hints(Reward)
-    return [_reward_widget(f, hints[f.name], f.name in OPTIONS[shown_type], prefix)
-            for f in REWARD_OPTIONS]  # fmt: skip
+    return {f.name: _reward_widget(f, hints[f.name], f.name in OPTIONS[shown_type], prefix)
+            for f in REWARD_OPTIONS}  # fmt: skip
 
 
 def show_reward_fields(reward_type: str) -> list[Any]:
-    """The fields the chosen reward type reads become visible; the others hide."""
+    """The fields the chosen reward type reads become visible; the others hide (one update per
+    `reward_widgets` widget, in its order)."""
     return [gr.update(visible=f.name in OPTIONS[reward_type]) for f in REWARD_OPTIONS]
 
 
-def build_reward(reward_type: str, weight: float | None, name: str | None, *values: Any) -> Reward:
-    """The builder's widgets -> `dragon.reward(...)`; only the type's own fields are passed,
-    and an empty box means "not set". Invalid settings raise RewardError naming the field."""
+def build_reward(
+    reward_type: str, weight: float | None, name: str | None, values: Mapping[str, Any]
+) -> Reward:
+    """The builder's widgets -> `dragon.reward(...)`; `values` holds the type-specific fields'
+    values by field name (one left out is empty). Only the type's own fields are passed, and an
+    empty box means "not set". Invalid settings raise RewardError naming the field."""
     if reward_type not in TYPES:
         raise RewardError(f"Choose a reward type: one of {', '.join(TYPES)}.")
     if weight is None:
         raise RewardError("Reward.weight is empty; enter a number (1 counts it fully).")
-    hints, options = typing.get_type_hints(Reward), {}
-    for field, value in zip(REWARD_OPTIONS, values, strict=True):
+    unknown = sorted(set(values) - {f.name for f in REWARD_OPTIONS})
+    if unknown:
+        raise ValueError(f"Not a reward option: {', '.join(unknown)}.")
+    hints, options = typing.get_type_hints(Reward), dict[str, Any]()
+    for field in REWARD_OPTIONS:
         if field.name not in OPTIONS[reward_type]:
             continue
+        value: Any = values.get(field.name)
         hint = hints[field.name]
         optional = type(None) in typing.get_args(hint)
         if optional and {int, float} & set(typing.get_args(hint)) and isinstance(value, str):
@@ -115,7 +124,7 @@ def _rewards_view(rewards: list[Reward]) -> tuple[Any, Any]:
 
 def add_reward(
     rewards: list[Reward] | None, reward_type: str, weight: float | None, name: str | None,
-    *values: Any, profile: Profile | None = None,
+    values: Mapping[str, Any], *, profile: Profile | None = None,
 ) -> tuple[Any, ...]:  # fmt: skip
     """Add -> (rewards, rewards table, remove picker, message). The widgets keep their values,
     so a similar reward is one change away. A type the profile turns off is refused (the
@@ -124,7 +133,7 @@ def add_reward(
     if refused:
         return gr.skip(), gr.skip(), gr.skip(), present.error_html(f"Reward not added: {refused}")
     try:
-        added = [*(rewards or []), build_reward(reward_type, weight, name, *values)]
+        added = [*(rewards or []), build_reward(reward_type, weight, name, values)]
         table, picker = _rewards_view(added)  # two rewards with one name are refused here
     except (RewardError, ValueError, TypeError) as e:
         return gr.skip(), gr.skip(), gr.skip(), present.error_html(f"Reward not added: {e}")
@@ -188,12 +197,11 @@ def build_rewards(profile: Profile, prefix: str = "train", dry_run: bool = True)
         )
     message = gr.HTML(elem_id=f"{prefix}-reward-error")
     changed = [rewards, table, pick, message]
-    reward_type.change(show_reward_fields, reward_type, options)
-    add.click(
-        partial(add_reward, profile=profile),
-        [rewards, reward_type, weight, reward_name, *options],
-        changed,
-    )
+    reward_type.change(show_reward_fields, reward_type, list(options.values()))
+    form = {"rewards": rewards, "reward_type": reward_type, "weight": weight,
+            "name": reward_name, "values": options}  # fmt: skip
+    add.click(named.handler(partial(add_reward, profile=profile), form), named.inputs(form),
+              changed)  # fmt: skip
     remove.click(remove_reward, [rewards, pick], changed)
     if dry is None:
         return RewardsBuilder(rewards, None, [])

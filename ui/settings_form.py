@@ -75,22 +75,29 @@ def field_widget(
     return gr.Textbox(value="" if text is None else text, **kwargs)
 
 
+def settings_fields(
+    cls: type, values: Any = None, only: Sequence[str] | None = None
+) -> dict[str, gr.Component]:
+    """One widget per shown field of a settings dataclass (or of those named in `only`), keyed
+    by field name, three to a row, holding `values` (an instance of `cls`; default: `cls()`)."""
+    defaults, hints = cls() if values is None else values, typing.get_type_hints(cls)
+    fields = [f for f in shown_fields(cls) if only is None or f.name in only]
+    widgets: dict[str, gr.Component] = {}
+    for start in range(0, len(fields), 3):
+        with gr.Row():
+            for f in fields[start : start + 3]:
+                elem_id = f"train-{cls.__name__.lower()}-{f.name}"
+                widgets[f.name] = field_widget(
+                    f, hints[f.name], getattr(defaults, f.name), elem_id=elem_id
+                )
+    return widgets
+
+
 def settings_widgets(
     cls: type, values: Any = None, only: Sequence[str] | None = None
 ) -> list[gr.Component]:
-    """One widget per shown field of a settings dataclass (or of those named in `only`), in
-    field order, three to a row, holding `values` (an instance of `cls`; default: `cls()`)."""
-    defaults, hints = cls() if values is None else values, typing.get_type_hints(cls)
-    fields = [f for f in shown_fields(cls) if only is None or f.name in only]
-    widgets: list[gr.Component] = []
-    for start in range(0, len(fields), 3):
-        with gr.Row():
-            widgets += [
-                field_widget(f, hints[f.name], getattr(defaults, f.name),
-                             elem_id=f"train-{cls.__name__.lower()}-{f.name}")
-                for f in fields[start : start + 3]
-            ]  # fmt: skip
-    return widgets
+    """`settings_fields`' widgets, in field order."""
+    return list(settings_fields(cls, values, only).values())
 
 
 def _optional(hint: Any) -> bool:
@@ -129,22 +136,12 @@ def _field_value(cls: type, field: dataclasses.Field, hint: Any, value: Any) -> 
     return value
 
 
-def read_group(cls: type, values: Sequence[Any], **more: Any) -> Any:
-    """The values of `settings_widgets(cls)`, in order -> `cls(...)` (with `more` keywords).
-    An empty box or an invalid value raises SettingsError naming the field."""
-    fields, hints = shown_fields(cls), typing.get_type_hints(cls)
-    if len(values) != len(fields):
-        raise ValueError(f"Expected {len(fields)} {cls.__name__} values, got {len(values)}.")
-    taken = zip(fields, values, strict=True)
-    return cls(**{f.name: _field_value(cls, f, hints[f.name], v) for f, v in taken}, **more)
-
-
-def read_groups(classes: Sequence[type], values: Sequence[Any]) -> list[Any]:
-    """Several groups' widget values, one after the other -> one object per class."""
-    sizes = [len(shown_fields(cls)) for cls in classes]
-    if len(values) != sum(sizes):
-        raise ValueError(f"Expected {sum(sizes)} settings values, got {len(values)}.")
-    starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    return [
-        read_group(cls, values[s : s + n]) for cls, s, n in zip(classes, starts, sizes, strict=True)
-    ]
+def read_group(cls: type, values: Mapping[str, Any], **more: Any) -> Any:
+    """The values of `settings_fields(cls)`, keyed by field name, -> `cls(...)` (with `more`
+    keywords). An empty box or an invalid value raises SettingsError naming the field."""
+    hints, fields = typing.get_type_hints(cls), {f.name: f for f in shown_fields(cls)}
+    if set(values) != set(fields):
+        missing, unknown = sorted(set(fields) - set(values)), sorted(set(values) - set(fields))
+        raise ValueError(f"{cls.__name__} values: missing {missing}, unknown {unknown}.")
+    read = {name: _field_value(cls, fields[name], hints[name], v) for name, v in values.items()}
+    return cls(**read, **more)

@@ -1,7 +1,7 @@
 """A synthesis job on a page: started, watched, its counts, kept rows and code shown.
 
 The Data tab's Synthesize (`ui.synthesize_panel`) and the Feedback tab's pairs
-(`ui.pairs_panel`) both run as background jobs (`dragon.start_synthesis` through `llm_jobs`):
+(`ui.pairs_panel`) both run as background jobs (`dragon.start_synthesis` through `batches/jobs.py`):
 the handler returns at once and a `gr.Timer`, active only while a job runs, shows its progress,
 then the counts kept and dropped per reason, a preview of the kept rows and the code. What was
 kept becomes the mapped dataset the Train tab trains on.
@@ -23,7 +23,7 @@ import gradio as gr
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal, runs_dir_argument
 from dragonfarm_core.rundir import refs
-from ui import present, watch
+from ui import named, present, watch
 from ui.context import AppContext
 
 TICK_S = 1.0
@@ -192,13 +192,15 @@ def wire(
     w: JobWidgets,
     run: gr.Dropdown,
     start: Callable[..., tuple[Any, ...]],
-    inputs: list[Any],
+    form: named.Form,
 ) -> None:
-    """The job's state and timer; the run picker's refresh, Start (`start(*inputs, runs_dir=)`),
-    the timer's ticks and Cancel, all showing `view`'s outputs."""
+    """The job's state and timer; the run picker's refresh, Start (`start(runs_dir=, ...)`,
+    each of `form`'s values by its name), the timer's ticks and Cancel, all showing `view`'s
+    outputs."""
     watching, seen = gr.State(None), gr.State(None)
     timer = gr.Timer(TICK_S, active=False)
     run.focus(partial(refresh_runs, ctx.runs_dir), [seen, run], [run, seen])
     outputs = [ctx.mapped, w.counts, w.error, w.preview, w.code, w.go, w.stop, timer, watching]
-    w.go.click(partial(start, runs_dir=ctx.runs_dir), inputs, outputs)
+    w.go.click(named.handler(partial(start, runs_dir=ctx.runs_dir), form), named.inputs(form),
+               outputs)  # fmt: skip
     watch.wire_job(timer, w.stop, watching, outputs, tick, cancel)

@@ -9,6 +9,7 @@ stdin: it is in no code panel, log, file or message.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,28 +58,21 @@ def synth_settings(
 
 
 def start_synthesis(
-    mapped: dragon.Dataset | None,
-    model: dragon.ResolvedModel,
-    source: str,
-    run: str | None,
-    split: str,
-    n: float | None,
-    *values: Any,
-    runs_dir: Path,
-) -> tuple[Any, ...]:
-    """Synthesize -> the outputs (see `_view`), at once: the job, which the timer watches."""
-    t_kind, t_model, t_url, t_key, system, min_chars, max_chars, alpha, dedupe, near = values[:10]
-    max_new_tokens, temperature, gate, j_kind, j_model, j_url, j_key, min_score = values[10:18]
-    rubric = values[18]
+    mapped: dragon.Dataset | None, model: dragon.ResolvedModel, source: str, run: str | None,
+    split: str, n: float | None, teacher: Mapping[str, Any], judge: Mapping[str, Any],
+    settings: Mapping[str, Any], *, runs_dir: Path,
+) -> tuple[Any, ...]:  # fmt: skip
+    """Synthesize -> the outputs (see `_view`), at once: the job, which the timer watches.
+    `teacher` and `judge`: their `llm_form`s' values by name; `settings`: `synth_settings`'
+    arguments by name."""
     try:
-        settings = synth_settings(system, min_chars, max_chars, alpha, dedupe, near,
-                                  max_new_tokens, temperature, gate, min_score, rubric)  # fmt: skip
-        teacher = make_llm(t_kind, t_model, t_url, t_key, role="teacher", runs_dir=runs_dir,
-                           max_tokens=settings["max_new_tokens"],
-                           temperature=settings["temperature"])  # fmt: skip
-        judge = (
-            make_llm(j_kind, j_model, j_url, j_key, role="judge", runs_dir=runs_dir, judge=True)
-            if gate
+        chosen = synth_settings(**settings)
+        teacher_llm = make_llm(**teacher, role="teacher", runs_dir=runs_dir,
+                               max_tokens=chosen["max_new_tokens"],
+                               temperature=chosen["temperature"])  # fmt: skip
+        judge_llm = (
+            make_llm(**judge, role="judge", runs_dir=runs_dir, judge=True)
+            if settings["gate"]
             else None
         )
         split_of: tuple[float, int] | None = None
@@ -95,9 +89,9 @@ def start_synthesis(
             prompts, first = mapped, "ds"
             head = [dataset_code(mapped.spec(), var="ds")]
             split_of = (mapped.eval_frac, mapped.seed) if mapped.split_set else None
-        code = synthesize_code(head, first, teacher, judge, settings, runs_dir, model.name)
+        code = synthesize_code(head, first, teacher_llm, judge_llm, chosen, runs_dir, model.name)
         job = dragon.start_synthesis(
-            "synthesize", prompts, {"teacher": teacher, "judge": judge}, settings, runs_dir
+            "synthesize", prompts, {"teacher": teacher_llm, "judge": judge_llm}, chosen, runs_dir
         )
     except ERRORS as e:
         return refused(str(e))
@@ -178,7 +172,11 @@ def build_synthesize(ctx: AppContext) -> None:
 
     source.change(show_source, source, [run, split, n])
     gate.change(lambda on: gr.update(visible=on), gate, gate_box)
-    inputs = [ctx.mapped, ctx.model, source, run, split, n, *teacher.inputs, system, min_chars, max_chars,
-              alpha, dedupe, near, max_new_tokens, temperature, gate, *judge.inputs, min_score,
-              rubric]  # fmt: skip
-    wire(ctx, widgets, run, start_synthesis, inputs)
+    settings = {"system": system, "min_chars": min_chars, "max_chars": max_chars, "alpha": alpha,
+                "dedupe": dedupe, "near": near, "max_new_tokens": max_new_tokens,
+                "temperature": temperature, "gate": gate, "min_score": min_score,
+                "rubric": rubric}  # fmt: skip
+    form = {"mapped": ctx.mapped, "model": ctx.model, "source": source, "run": run,
+            "split": split, "n": n, "teacher": teacher.form, "judge": judge.form,
+            "settings": settings}  # fmt: skip
+    wire(ctx, widgets, run, start_synthesis, form)

@@ -11,6 +11,7 @@ overridable. No torch here: the recommendations are a table in the core.
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,16 @@ def target(model: ResolvedModel | None, parent: str | None, runs_dir: Path) -> s
     return model.name if model is not None else dragon.BUNDLED_MODEL_ID
 
 
-def values_of(fits: dragon.Recommendation) -> list[Any]:
-    """The recommendation as the followed widgets' values, in their order."""
+def values_of(fits: dragon.Recommendation) -> dict[str, dict[str, Any]]:
+    """The recommendation as the followed widgets' values, by group and field name."""
     groups = {Lora: fits.lora, TrainArgs: fits.args}
-    return [getattr(groups[cls], f.name) for cls in FOLLOWED for f in shown_fields(cls)]
+    return {cls.__name__: {f.name: getattr(groups[cls], f.name) for f in shown_fields(cls)}
+            for cls in FOLLOWED}  # fmt: skip
+
+
+def followed_widgets(widgets: Mapping[str, Mapping[str, Any]]) -> list[Any]:
+    """The followed widgets (by group and field name), in the order `follow` updates them."""
+    return [widgets[cls.__name__][f.name] for cls in FOLLOWED for f in shown_fields(cls)]
 
 
 def note_html(fits: dragon.Recommendation, method: str) -> str:
@@ -65,17 +72,19 @@ def note_html(fits: dragon.Recommendation, method: str) -> str:
 
 def follow(
     seen: tuple[str, str] | None, model: ResolvedModel | None, method: str, parent: str | None,
-    *values: Any, runs_dir: Path,
+    values: Mapping[str, Mapping[str, Any]], *, runs_dir: Path,
 ) -> tuple[Any, ...]:  # fmt: skip
-    """Method, model or parent changed -> (one update per LoRA and training widget, the note,
-    what the fields now follow). A field still at the old recommendation takes the new one."""
+    """Method, model or parent changed -> (one update per LoRA and training widget, in
+    `followed_widgets`' order, the note, what the fields now follow). `values`: the widgets'
+    values by group and field name. A field still at the old recommendation takes the new one."""
     now = (target(model, parent, runs_dir), method if method in METHODS else "sft")
     before = values_of(dragon.recommended(*(seen or now)))
     fits = dragon.recommended(*now)
     after = values_of(fits)
     updates = [
-        new if value == old != new else gr.skip()
-        for value, old, new in zip(values, before, after, strict=True)
+        new if values[group][name] == before[group][name] != new else gr.skip()
+        for group, fields in after.items()
+        for name, new in fields.items()
     ]
     return (*updates, note_html(fits, now[1]), now)
 

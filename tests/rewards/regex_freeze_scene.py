@@ -61,7 +61,7 @@ def dry_run_while_serving(runs: Path) -> dict[str, Any]:
     app = build_app(runs, get_profile("local"))
     app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     prompts = dragon.dataset(pd.DataFrame({"q": ["Reset my router", "Where is T-1?"]}))
-    values = [getattr(ReinforceArgs(), f.name) for f in shown_fields(ReinforceArgs)]
+    values = {f.name: getattr(ReinforceArgs(), f.name) for f in shown_fields(ReinforceArgs)}
     backend, out = SampledBackend([LONG, "ok\x00"]), {}
     model = ResolvedModel("any-model", "any-model", None)
     rewards = [dragon.reward("regex", pattern=BACKTRACKS)]
@@ -69,7 +69,7 @@ def dry_run_while_serving(runs: Path) -> dict[str, Any]:
     def press_dry_run() -> None:
         started = time.monotonic()
         out["returned"] = train.dry_run(prompts.map_prompts(prompt="q"), model, "", rewards,
-                                        *values, backend=backend, runs_dir=runs)  # fmt: skip
+                                        values, backend=backend, runs_dir=runs)  # fmt: skip
         out["seconds"] = time.monotonic() - started
 
     worker = threading.Thread(target=press_dry_run)

@@ -110,6 +110,7 @@ def test_the_train_tab_offers_each_gpu_the_machine_has_each_its_own_queue(monkey
     import gradio as gr
 
     from dragonfarm_core.settings import Hardware
+    from ui.settings_form import settings_widgets
     from ui.tabs import train
 
     monkeypatch.setattr(queue, "_torch_build", lambda: {"cuda": "12.4"})
@@ -117,7 +118,7 @@ def test_the_train_tab_offers_each_gpu_the_machine_has_each_its_own_queue(monkey
     assert queue.devices({"CUDA_VISIBLE_DEVICES": "2,3"}) == ["cpu", "cuda:0", "cuda:1"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     with gr.Blocks():
-        widgets = train.settings_widgets(Hardware)
+        widgets = settings_widgets(Hardware)
         train.offer_devices(widgets)
     offered = [value for _, value in widgets[0].choices]
     assert offered[-3:] == ["cpu", "cuda:0", "cuda:1"] and offered[0] == "auto"
@@ -140,6 +141,7 @@ def test_the_train_tab_refuses_a_run_beyond_the_cap_and_makes_no_folder(lab, tic
     import dragonfarm_core as dragon
     from dragonfarm_core.models import ResolvedModel
     from dragonfarm_core.training.reinforcement import ReinforceArgs
+    from ui.settings_form import settings_fields
     from ui.tabs import train
 
     ticket("alice", "20260101-000001-one")
@@ -151,14 +153,14 @@ def test_the_train_tab_refuses_a_run_beyond_the_cap_and_makes_no_folder(lab, tic
     model_dir.mkdir()
     (model_dir / "config.json").write_text('{"model_type": "llama"}')
     with gr.Blocks():
-        widgets = [w for cls in (*train.SETTINGS, ReinforceArgs)
-                   for w in train.settings_widgets(cls)]  # fmt: skip
+        widgets = {cls.__name__: settings_fields(cls) for cls in (*train.SETTINGS, ReinforceArgs)}
+    settings = {group: {name: w.value for name, w in ws.items()} for group, ws in widgets.items()}
     home = per_user.user_dir(lab, "alice")
     before = sorted(p.name for p in home.iterdir())
     with pytest.warns(UserWarning, match="queued or training already"):
         selected, started, _, error = train.start(
             mapped, ResolvedModel(str(model_dir), str(model_dir), None), "sft", None, "", 0.1,
-            [], *(w.value for w in widgets), runs_dir=home, profile=lab,
+            [], settings, runs_dir=home, profile=lab,
         )  # fmt: skip
     assert "per user (2)" in error and started == gr.skip()
     assert sorted(p.name for p in home.iterdir()) == before  # no run folder was written

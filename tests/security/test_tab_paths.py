@@ -23,6 +23,7 @@ from dragonfarm_core.models import ResolvedModel
 from dragonfarm_core.rundir import files, launch, location
 from dragonfarm_core.training.reinforcement import ReinforceArgs
 from ui import watch
+from ui.settings_form import settings_fields
 from ui.tabs import chat, evaluate, monitor, runs, train
 
 SKIP = gr.skip()
@@ -125,12 +126,11 @@ def test_evaluate_refuses_a_run_outside(scene, how):
 
 
 @functools.cache
-def _settings() -> tuple:
+def _settings() -> dict:
+    """The Train tab's settings widgets' values, by group and field name."""
     with gr.Blocks():
-        widgets = [
-            w for cls in (*train.SETTINGS, ReinforceArgs) for w in train.settings_widgets(cls)
-        ]
-    return tuple(w.value for w in widgets)
+        groups = {cls.__name__: settings_fields(cls) for cls in (*train.SETTINGS, ReinforceArgs)}
+    return {group: {name: w.value for name, w in ws.items()} for group, ws in groups.items()}
 
 
 @pytest.fixture
@@ -162,18 +162,18 @@ def test_train_refuses_to_continue_from_or_dry_run_with_a_run_outside(scene, how
     values = _settings()
     with pytest.warns(UserWarning):
         selected, started, code, error = train.start(
-            mapped, model, "sft", ref, "", 0.1, [], *values, runs_dir=scene.root
+            mapped, model, "sft", ref, "", 0.1, [], values, runs_dir=scene.root
         )
     assert (selected, started, code) == (SKIP, SKIP, SKIP) and REFUSED in error
     code, error = train.preview_code(
-        mapped, model, "sft", ref, "", 0.1, [], *values, runs_dir=scene.root
+        mapped, model, "sft", ref, "", 0.1, [], values, runs_dir=scene.root
     )
     assert REFUSED in error and "open_run" not in code and str(scene.done) not in code
     prompts = tickets.map_prompts(prompt="question", reference="answer")
     used: list = []
     backend = Recorder(used)
     table, summary, code, message = train.dry_run(
-        prompts, model, ref, [dragon.reward("exact")], *values[train.N_SETTINGS :],
+        prompts, model, ref, [dragon.reward("exact")], values["ReinforceArgs"],
         backend=backend, runs_dir=scene.root,
     )  # fmt: skip
     assert (table, summary, code) == (SKIP, SKIP, SKIP) and REFUSED in message

@@ -149,21 +149,21 @@ def test_the_spaces_builder_offers_no_user_code_rewards(spaces):
 
 def test_an_api_call_cannot_add_or_start_a_user_code_reward_on_spaces(spaces, tmp_path: Path):
     values = reward_values(command="python -c print(1)")
-    out = rewards_builder.add_reward([], "command", 1.0, "", *values, profile=spaces)
+    out = rewards_builder.add_reward([], "command", 1.0, "", values, profile=spaces)
     assert out[:3] == (gr.skip(),) * 3 and "turns off" in out[3]
-    local = rewards_builder.add_reward([], "command", 1.0, "", *values)
+    local = rewards_builder.add_reward([], "command", 1.0, "", values)
     assert local[0][0].type == "command"  # the local profile allows it
 
     runs_dir = tmp_path / "runs"
     prompts = dragon.dataset(dragon.example_data()).map_prompts("{subject}")
     model = dragon.ResolvedModel.bundled()
     with warnings.catch_warnings(), pytest.warns(UserWarning, match="turns off"):
-        out = train.start(prompts, model, "grpo", "", "", 0.1, [COMMAND], *with_values(),
+        out = train.start(prompts, model, "grpo", "", "", 0.1, [COMMAND], with_values(),
                           runs_dir=runs_dir, profile=spaces)  # fmt: skip
     assert out[:3] == (gr.skip(),) * 3 and "turns off" in out[3]
     assert not runs_dir.exists() or dragon.runs(runs_dir).empty
-    rl = with_values()[train.N_SETTINGS : train.N_SETTINGS + train.N_REINFORCE]
-    dry = train.dry_run(prompts, model, "", [COMMAND], *rl, runs_dir=runs_dir, profile=spaces)
+    rl = with_values()["ReinforceArgs"]
+    dry = train.dry_run(prompts, model, "", [COMMAND], rl, runs_dir=runs_dir, profile=spaces)
     assert "turns off" in dry[-1]
 
 

@@ -17,22 +17,24 @@ import dragonfarm_core as dragon
 from dragonfarm_core.method_args import DpoArgs, ReinforceArgs
 from dragonfarm_core.models import ResolvedModel
 from ui import remote_panel
+from ui.settings_form import settings_fields
 from ui.tabs import train
 
 
 @functools.cache
-def _defaults() -> tuple:
+def _defaults() -> dict:
     with gr.Blocks():
-        widgets = [
-            w for cls in (*train.SETTINGS, ReinforceArgs) for w in train.settings_widgets(cls)
-        ] + train.settings_widgets(DpoArgs, only=train.DPO_OWN)
-    return tuple(w.value for w in widgets)
+        groups = {cls.__name__: settings_fields(cls) for cls in (*train.SETTINGS, ReinforceArgs)}
+        groups["DpoArgs"] = settings_fields(DpoArgs, only=train.DPO_OWN)
+    return {group: {name: w.value for name, w in ws.items()} for group, ws in groups.items()}
 
 
-def _inputs(mapped, method: str = "sft") -> list:
-    """Start's input values: mapped, model, method, parent, name, beta, rewards, settings."""
+def _inputs(mapped, method: str = "sft") -> dict:
+    """Start's input values by name: mapped, model, method, parent, name, beta, rewards,
+    settings."""
     model = ResolvedModel.bundled()
-    return [mapped, model, method, "", "remote-try", 0.1, [], *_defaults()]
+    return {"mapped": mapped, "model": model, "method": method, "parent": "",
+            "name": "remote-try", "beta": 0.1, "rewards": [], "settings": _defaults()}  # fmt: skip
 
 
 def _tickets() -> dragon.Dataset:
@@ -43,7 +45,7 @@ def test_run_elsewhere_bundles_and_shows_steps_downloads_and_code(tmp_path):
     runs_dir = tmp_path / "runs"
     runs_dir.mkdir()
     run_dir, steps, files, code, error = remote_panel.run_elsewhere(
-        train.checked_spec, "kaggle", *_inputs(_tickets()), runs_dir=runs_dir
+        train.checked_spec, "kaggle", **_inputs(_tickets()), runs_dir=runs_dir
     )
     assert error == ""
     run = dragon.open_run(run_dir)
@@ -60,7 +62,7 @@ def test_the_code_panel_bundles_the_same_run(tmp_path):
     runs_dir = tmp_path / "runs"
     runs_dir.mkdir()
     run_dir, *_, code, _ = remote_panel.run_elsewhere(
-        train.checked_spec, "colab", *_inputs(_tickets()), runs_dir=runs_dir
+        train.checked_spec, "colab", **_inputs(_tickets()), runs_dir=runs_dir
     )
     namespace: dict = {}
     exec(code, namespace)  # noqa: S102 - the panel's own script, run as a person would
@@ -73,7 +75,7 @@ def test_the_code_panel_bundles_the_same_run(tmp_path):
 
 def test_run_elsewhere_without_data_says_what_to_do(tmp_path):
     *_, error = remote_panel.run_elsewhere(
-        train.checked_spec, "colab", *_inputs(None), runs_dir=tmp_path
+        train.checked_spec, "colab", **_inputs(None), runs_dir=tmp_path
     )
     assert "No mapped dataset yet" in error
 

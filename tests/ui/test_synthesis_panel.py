@@ -51,7 +51,8 @@ def judge_answer(prompt: str) -> dict | None:
 
 
 def form(kind="openai", model="m", url="", key=""):
-    return [kind, model, url, key]
+    """A teacher or judge form's values, by name."""
+    return {"kind": kind, "model": model, "url": url, "key": key}
 
 
 QUALITY = {"system": "Be warm.", "min_chars": 1, "max_chars": 0, "alpha": 0.0, "dedupe": True,
@@ -59,8 +60,9 @@ QUALITY = {"system": "Be warm.", "min_chars": 1, "max_chars": 0, "alpha": 0.0, "
 
 
 def synth_inputs(teacher, gate=False, judge=None, min_score=7, rubric="", **quality):
-    values = {**QUALITY, **quality}.values()
-    return [*teacher, *values, gate, *(judge or form()), min_score, rubric]
+    """start_synthesis' teacher, judge and settings, by name."""
+    settings = {**QUALITY, **quality, "gate": gate, "min_score": min_score, "rubric": rubric}
+    return {"teacher": teacher, "judge": judge or form(), "settings": settings}
 
 
 def test_synthesize_from_the_mapped_data_with_a_typed_key_and_a_judge_gate(
@@ -78,7 +80,7 @@ def test_synthesize_from_the_mapped_data_with_a_typed_key_and_a_judge_gate(
         judge = form(url=server.url, key=CANARY)
         started = synthesize_panel.start_synthesis(
             mapped.split(0.25, seed=1), chat_model, "data", None, "train", 0,
-            *synth_inputs(teacher, gate=True, judge=judge, dedupe=False), runs_dir=runs_dir,
+            **synth_inputs(teacher, gate=True, judge=judge, dedupe=False), runs_dir=runs_dir,
         )  # fmt: skip
         first = outputs(started)
         assert first["error"] == "" and "Synthesis" in first["counts"]
@@ -105,12 +107,12 @@ def test_synthesize_from_the_mapped_data_with_a_typed_key_and_a_judge_gate(
 
 def test_synthesize_needs_mapped_data_or_a_run(chat_model, runs_dir):
     out = outputs(synthesize_panel.start_synthesis(
-        None, chat_model, "data", None, "train", 0, *synth_inputs(form(url="http://h/v1")),
+        None, chat_model, "data", None, "train", 0, **synth_inputs(form(url="http://h/v1")),
         runs_dir=runs_dir,
     ))  # fmt: skip
     assert "No mapped dataset yet" in out["error"] and out["watching"] is None
     out = outputs(synthesize_panel.start_synthesis(
-        None, chat_model, "run", None, "train", 0, *synth_inputs(form(url="http://h/v1")),
+        None, chat_model, "run", None, "train", 0, **synth_inputs(form(url="http://h/v1")),
         runs_dir=runs_dir,
     ))  # fmt: skip
     assert "Pick a run" in out["error"]
@@ -135,7 +137,7 @@ def test_pairs_from_a_runs_own_samples_under_a_judge(mapped, chat_model, runs_di
         # The run answers through the session's backend: here a server standing in for it.
         monkeypatch.setenv("DRAGONFARM_BACKEND", f"server:{server.url}|student")
         started = pairs_panel.start_pairs(
-            str(run.dir), "train", 5, 2, 2, 0.8, 32, "", *form(url=server.url),
+            str(run.dir), "train", 5, 2, 2, 0.8, 32, "", form(url=server.url),
             runs_dir=runs_dir,
         )  # fmt: skip
         done = finish(started)
@@ -154,7 +156,7 @@ def test_cancel_stops_the_job_and_writes_nothing(mapped, chat_model, runs_dir):
     with FakeOpenAI(answer=lambda p: {"text": "slow"}, delay=2.0) as server:
         started = synthesize_panel.start_synthesis(
             mapped, chat_model, "data", None, "train", 0,
-            *synth_inputs(form(url=server.url)), runs_dir=runs_dir,
+            **synth_inputs(form(url=server.url)), runs_dir=runs_dir,
         )  # fmt: skip
         watching = outputs(started)["watching"]
         out = outputs(synthesis_watch.cancel(watching))

@@ -16,38 +16,42 @@ import gradio as gr
 import pandas as pd
 
 import dragonfarm_core as dragon
-from dragonfarm_core.pipelines import record as pipeline_record
 from dragonfarm_core.pipelines.steps import EvaluateStep, JudgeStep, PreferStep, TrainStep
+from dragonfarm_core.rundir import pipeline_record
 from dragonfarm_core.settings import TrainArgs
 from ui import pipeline_builder, pipeline_form, pipeline_view
 from ui.settings_form import shown_fields
 from ui.tabs import pipelines
 
 SKIP = gr.skip()
-NO_JUDGE = ["anthropic", "", "", ""]
+NO_JUDGE = {"kind": "anthropic", "model": "", "url": "", "key": ""}
 VIEW = ["header", "timeline", "chart", "log", "code", "cancel", "resume", "error", "seen"]
 
 
-def kind_values(kind: str, **changes) -> list:
-    """Every kind's widget values as the page first shows them, `kind`'s changed."""
+def judge_form(kind: str, model: str, url: str, key: str = "") -> dict:
+    """The judge form's values, by name."""
+    return {"kind": kind, "model": model, "url": url, "key": key}
+
+
+def kind_values(kind: str, **changes) -> dict:
+    """Every kind's widget values (kind -> field -> value) as the page first shows them,
+    `kind`'s changed."""
     with gr.Blocks():
         widgets = {k: pipeline_form.kind_widgets(k) for _, k in pipeline_form.KIND_CHOICES}
-    out = []
-    for k, made in widgets.items():
-        for f, w in zip(pipeline_form.form_fields(k), made, strict=True):
-            out.append(changes.get(f.name, w.value) if k == kind else w.value)
-    return out
+    return {k: {name: changes.get(name, w.value) if k == kind else w.value
+                for name, w in made.items()}
+            for k, made in widgets.items()}  # fmt: skip
 
 
-def args_values(**changes) -> list:
+def args_values(**changes) -> dict:
     defaults = TrainArgs()
-    return [changes.get(f.name, getattr(defaults, f.name)) for f in shown_fields(TrainArgs)]
+    return {f.name: changes.get(f.name, getattr(defaults, f.name)) for f in shown_fields(TrainArgs)}
 
 
 def add(steps, kind, mapped, runs_dir, data="active", defaults=True, judge=NO_JUDGE,
         rewards=None, **changes):  # fmt: skip
-    values = [*judge, *kind_values(kind, **changes), *args_values()]
-    return pipeline_builder.add_step(steps, kind, mapped, data, rewards, defaults, *values,
+    return pipeline_builder.add_step(steps, kind, mapped, data, rewards, defaults, judge,
+                                     kind_values(kind, **changes), args_values(),
                                      runs_dir=runs_dir)  # fmt: skip
 
 
@@ -88,11 +92,12 @@ def test_steps_are_added_with_their_settings_moved_and_removed(mapped, runs_dir)
 
 
 def test_training_settings_and_a_judge_come_from_the_page(mapped, runs_dir):
-    values = [*NO_JUDGE, *kind_values("train"), *args_values(epochs=2, max_steps="4")]
-    steps, *_ = pipeline_builder.add_step([], "train", mapped, "active", None, False, *values,
-                                          runs_dir=runs_dir)  # fmt: skip
+    steps, *_ = pipeline_builder.add_step(
+        [], "train", mapped, "active", None, False, NO_JUDGE, kind_values("train"),
+        args_values(epochs=2, max_steps="4"), runs_dir=runs_dir,
+    )  # fmt: skip
     assert steps[0].args == TrainArgs(epochs=2, max_steps=4)
-    judge = ["openai", "judge-model", "http://127.0.0.1:9/v1", ""]
+    judge = judge_form("openai", "judge-model", "http://127.0.0.1:9/v1")
     steps, listing, check, error = add(steps, "judge", mapped, runs_dir, judge=judge, n=3,
                                        against="base")  # fmt: skip
     assert error == "" and isinstance(steps[1], JudgeStep)
@@ -106,7 +111,7 @@ def test_a_step_that_cannot_be_made_says_why_and_changes_nothing(tickets, mapped
     assert "no" in error and "Mapping tab" in error
     *_, error = add([], "train", mapped, runs_dir, n_samples=None)
     assert "n_samples is empty" in error
-    judge = ["openai", "", "http://127.0.0.1:9/v1", ""]
+    judge = judge_form("openai", "", "http://127.0.0.1:9/v1")
     *_, error = add([], "judge", mapped, runs_dir, judge=judge)
     assert "Name the judge&#x27;s model" in error
     *_, error = pipeline_builder.move_step([], None, 1)

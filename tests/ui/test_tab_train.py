@@ -9,6 +9,7 @@ backend that answers like a server.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import io
 import sys
@@ -23,6 +24,7 @@ from dragonfarm_core.method_args import DpoArgs, ReinforceArgs
 from dragonfarm_core.methods import METHODS
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from ui import present, rewards_builder, train_defaults
+from ui.settings_form import settings_fields, settings_widgets, shown_fields
 from ui.tabs import train
 
 SKIP = gr.skip()
@@ -59,40 +61,47 @@ class ScriptedBackend:
 
 
 @functools.cache
-def _defaults() -> tuple:
+def _defaults() -> dict:
     with gr.Blocks():
-        widgets = [w for cls in WIDGETS for w in train.settings_widgets(cls)]
-        widgets += train.settings_widgets(DpoArgs, only=train.DPO_OWN)
-    return tuple(w.value for w in widgets)
+        groups = {cls.__name__: settings_fields(cls) for cls in WIDGETS}
+        groups["DpoArgs"] = settings_fields(DpoArgs, only=train.DPO_OWN)
+    return {group: {name: w.value for name, w in ws.items()} for group, ws in groups.items()}
 
 
-def default_values() -> list:
-    """What the settings widgets (GRPO's, then DPO's own last) hold before anyone touches them."""
-    return list(_defaults())
+def default_values() -> dict:
+    """What the settings widgets hold before anyone touches them, by group and field name."""
+    return copy.deepcopy(_defaults())
 
 
-def with_values(**changes) -> list:
+def with_values(**changes) -> dict:
+    """The settings, some changed: a field of the first group that has it (GRPO's before
+    DPO's own), or DPO's own as dpo_<name>."""
     values = default_values()
-    names = [f.name for cls in WIDGETS for f in train.shown_fields(cls)]
-    names += [f"dpo_{name}" for name in train.DPO_OWN]  # dpo_loss_type: DPO's, not GRPO's
     for name, value in changes.items():
-        values[names.index(name)] = value
+        if name.startswith("dpo_"):
+            values["DpoArgs"][name.removeprefix("dpo_")] = value
+        else:
+            values[next(g for g, fields in values.items() if name in fields)][name] = value
     return values
 
 
 @functools.cache
-def _reward_defaults() -> tuple:
+def _reward_defaults() -> dict:
     with gr.Blocks():
-        return tuple(w.value for w in rewards_builder.reward_widgets())
+        return {name: w.value for name, w in rewards_builder.reward_widgets().items()}
 
 
-def reward_values(**changes) -> list:
-    """The rewards builder's type-specific widgets as a person left them."""
-    values = list(_reward_defaults())
-    names = [f.name for f in rewards_builder.REWARD_OPTIONS]
-    for name, value in changes.items():
-        values[names.index(name)] = value
-    return values
+def reward_values(**changes) -> dict:
+    """The rewards builder's type-specific widgets as a person left them, by field name."""
+    unknown = set(changes) - set(_reward_defaults())
+    assert not unknown, unknown
+    return {**_reward_defaults(), **changes}
+
+
+def start_inputs(mapped, model, method: str, settings: dict) -> dict:
+    """Start's inputs by name, as the tab passes them (no parent, no name, beta 0.1)."""
+    return {"mapped": mapped, "model": model, "method": method, "parent": "", "name": "",
+            "beta": 0.1, "rewards": [], "settings": settings}  # fmt: skip
 
 
 def run_snippet(code: str) -> dict:
@@ -105,9 +114,9 @@ def run_snippet(code: str) -> dict:
 
 def test_widgets_come_from_the_dataclass_fields():
     with gr.Blocks():
-        widgets = {cls: train.settings_widgets(cls) for cls in train.SETTINGS}
+        widgets = {cls: settings_widgets(cls) for cls in train.SETTINGS}
     for cls, made in widgets.items():
-        fields = train.shown_fields(cls)
+        fields = shown_fields(cls)
         assert [w.label for w in made] == [f.metadata["label"] for f in fields]
         for widget, field in zip(made, fields, strict=True):
             assert widget.info.startswith(field.metadata["help"])
@@ -129,7 +138,7 @@ def test_widgets_come_from_the_dataclass_fields():
 
 
 def test_widget_values_turn_back_into_the_dataclasses():
-    assert train.read_settings(default_values()[: train.N_SETTINGS]) == (
+    assert train.read_settings(default_values()) == (
         Lora(),
         TrainArgs(),
         Hardware(),
@@ -137,80 +146,77 @@ def test_widget_values_turn_back_into_the_dataclasses():
     values = with_values(
         r=8, target_modules="q_proj, v_proj", max_steps=40, batch_size=2, device="cpu"
     )
-    lora, args, hardware = train.read_settings(values[: train.N_SETTINGS])
+    lora, args, hardware = train.read_settings(values)
     assert lora == Lora(r=8, target_modules=("q_proj", "v_proj"))
     assert args == TrainArgs(max_steps=40, batch_size=2)
     assert hardware == Hardware(device="cpu")
     # The optional max_steps arrives as text from its box: empty is "no limit".
     for text, steps in (("", None), (" 40 ", 40), ("1,000", 1000)):
-        assert (
-            train.read_settings(with_values(max_steps=text)[: train.N_SETTINGS])[1].max_steps
-            == steps
-        )
+        assert train.read_settings(with_values(max_steps=text))[1].max_steps == steps
     with pytest.raises(
         SettingsError, match=r"TrainArgs.max_steps \(Max steps\) is 'ten'; enter a whole"
     ):
-        train.read_settings(with_values(max_steps="ten")[: train.N_SETTINGS])
+        train.read_settings(with_values(max_steps="ten"))
     with pytest.raises(SettingsError, match="max_steps"):
-        train.read_settings(with_values(max_steps="0")[: train.N_SETTINGS])
+        train.read_settings(with_values(max_steps="0"))
 
 
 def test_bad_values_are_refused_naming_the_field():
     with pytest.raises(SettingsError, match=r"TrainArgs.epochs \(Epochs\) is empty"):
-        train.read_settings(with_values(epochs=None)[: train.N_SETTINGS])
+        train.read_settings(with_values(epochs=None))
     with pytest.raises(SettingsError, match="Lora.dropout = 0.95 is above the maximum"):
-        train.read_settings(with_values(dropout=0.95)[: train.N_SETTINGS])
+        train.read_settings(with_values(dropout=0.95))
     with pytest.raises(SettingsError, match="load_in_4bit needs an NVIDIA GPU"):
-        train.read_settings(with_values(load_in_4bit=True, device="cpu")[: train.N_SETTINGS])
+        train.read_settings(with_values(load_in_4bit=True, device="cpu"))
 
 
 def test_code_preview_needs_data_and_shows_changed_settings(mapped, model, runs_dir: Path):
     hint, error = train.preview_code(
-        None, model, "sft", "", "", 0.1, [], *default_values(), runs_dir=runs_dir
+        None, model, "sft", "", "", 0.1, [], default_values(), runs_dir=runs_dir
     )
     assert hint == train.CODE_HINT and error == ""
     values = with_values(max_steps=40, batch_size=2, r=8)
     code, error = train.preview_code(
-        mapped, model, "sft", "", "faq", 0.1, [], *values, runs_dir=runs_dir
+        mapped, model, "sft", "", "faq", 0.1, [], values, runs_dir=runs_dir
     )
     assert error == ""
     assert "lora=dragon.Lora(r=8)" in code
     assert "args=dragon.TrainArgs(batch_size=2, max_steps=40)" in code
     assert 'name="faq"' in code and f'runs_dir="{runs_dir}"' in code
     code, error = train.preview_code(
-        mapped, model, "sft", "", "", 0.1, [], *with_values(r=0), runs_dir=runs_dir
+        mapped, model, "sft", "", "", 0.1, [], with_values(r=0), runs_dir=runs_dir
     )
     assert code == SKIP and "Lora.r = 0 is below the minimum 1" in error
 
 
 def test_a_preview_replayed_for_the_same_values_changes_nothing(mapped, model, runs_dir: Path):
-    values = [mapped, model, "sft", "", "", 0.1, [], *with_values(max_steps=3)]
-    code, error, previewed = train.preview_changed(None, *values, runs_dir=runs_dir)
+    values = start_inputs(mapped, model, "sft", with_values(max_steps=3))
+    code, error, previewed = train.preview_changed(None, **values, runs_dir=runs_dir)
     assert "max_steps=3" in code and error == "" and previewed == code
     # Start or Run elsewhere wrote the panel since: the same values again leave it alone.
-    assert train.preview_changed(previewed, *values, runs_dir=runs_dir) == (SKIP,) * 3
-    values[-len(with_values()) :] = with_values(max_steps=4)
-    code, _, previewed = train.preview_changed(previewed, *values, runs_dir=runs_dir)
+    assert train.preview_changed(previewed, **values, runs_dir=runs_dir) == (SKIP,) * 3
+    values["settings"] = with_values(max_steps=4)
+    code, _, previewed = train.preview_changed(previewed, **values, runs_dir=runs_dir)
     assert "max_steps=4" in code and previewed == code
 
 
 def test_putting_a_refused_value_back_clears_its_error(mapped, model, runs_dir: Path):
-    fine = [mapped, model, "sft", "", "", 0.1, [], *with_values(max_steps=3)]
-    bad = [*fine[:7], *with_values(max_steps=3, r=0)]
-    _, _, previewed = train.preview_changed(None, *fine, runs_dir=runs_dir)
-    code, error, previewed = train.preview_changed(previewed, *bad, runs_dir=runs_dir)
+    fine = start_inputs(mapped, model, "sft", with_values(max_steps=3))
+    bad = {**fine, "settings": with_values(max_steps=3, r=0)}
+    _, _, previewed = train.preview_changed(None, **fine, runs_dir=runs_dir)
+    code, error, previewed = train.preview_changed(previewed, **bad, runs_dir=runs_dir)
     assert code == SKIP and "Lora.r = 0" in error and previewed is None
-    code, error, _ = train.preview_changed(previewed, *fine, runs_dir=runs_dir)
+    code, error, _ = train.preview_changed(previewed, **fine, runs_dir=runs_dir)
     assert "max_steps=3" in code and error == ""
 
 
 def test_start_returns_at_once_and_selects_the_run(mapped, model, runs_dir: Path):
     values = with_values(max_steps=6, batch_size=2, logging_steps=1)
     preview, _ = train.preview_code(
-        mapped, model, "sft", "", "", 0.1, [], *values, runs_dir=runs_dir
+        mapped, model, "sft", "", "", 0.1, [], values, runs_dir=runs_dir
     )
     selected, started, code, error = train.start(
-        mapped, model, "sft", "", "", 0.1, [], *values, runs_dir=runs_dir
+        mapped, model, "sft", "", "", 0.1, [], values, runs_dir=runs_dir
     )
     assert error == ""
     run = dragon.open_run(selected)
@@ -233,7 +239,7 @@ def test_start_continues_from_a_succeeded_run(mapped, model, runs_dir: Path):
         "round-2",
         0.1,
         [],
-        *default_values(),
+        default_values(),
         runs_dir=runs_dir,
     )
     assert error == ""
@@ -245,17 +251,15 @@ def test_start_continues_from_a_succeeded_run(mapped, model, runs_dir: Path):
 
 def test_start_refusals_are_shown_and_select_nothing(mapped, model, runs_dir: Path):
     with pytest.warns(UserWarning):
-        out = train.start(None, model, "sft", "", "", 0.1, [], *default_values(), runs_dir=runs_dir)
+        out = train.start(None, model, "sft", "", "", 0.1, [], default_values(), runs_dir=runs_dir)
     assert out[:3] == (SKIP,) * 3 and "Mapping tab" in out[3]
     pairs = dragon.dataset(mapped.frame).map_pairs("question", "answer", "answer")
     with pytest.warns(UserWarning):
-        out = train.start(
-            pairs, model, "sft", "", "", 0.1, [], *default_values(), runs_dir=runs_dir
-        )
+        out = train.start(pairs, model, "sft", "", "", 0.1, [], default_values(), runs_dir=runs_dir)
     assert out[0] == SKIP and "holds preference pairs" in out[3] and "Mapping tab" in out[3]
     with pytest.warns(UserWarning):
         out = train.start(
-            mapped, model, "sft", "", "", 0.1, [], *with_values(epochs=None), runs_dir=runs_dir
+            mapped, model, "sft", "", "", 0.1, [], with_values(epochs=None), runs_dir=runs_dir
         )
     assert "TrainArgs.epochs (Epochs) is empty" in out[3]
     assert dragon.runs(runs_dir).empty
@@ -294,14 +298,14 @@ def test_a_mapping_that_does_not_fit_the_method_says_how_to_fix_it(mapped, pairs
 
 def test_the_preview_and_start_refuse_a_mismatched_mapping(prompts, model, runs_dir: Path):
     code, error = train.preview_code(
-        prompts, model, "dpo", "", "", 0.1, [], *default_values(), runs_dir=runs_dir
+        prompts, model, "dpo", "", "", 0.1, [], default_values(), runs_dir=runs_dir
     )
     assert code.startswith("# DPO trains on preference pairs") and error == ""
     note = train.kind_note("dpo", prompts)
     assert "Problem:" in note and "DPO trains on preference pairs" in note
     assert train.kind_note("grpo", prompts) == ""
     with pytest.warns(UserWarning, match="DPO trains on preference pairs"):
-        out = train.start(prompts, model, "dpo", "", "", 0.1, [], *default_values(),
+        out = train.start(prompts, model, "dpo", "", "", 0.1, [], default_values(),
                           runs_dir=runs_dir)  # fmt: skip
     assert out[0] == SKIP and "Preference pairs (DPO / ORPO)" in out[3]
     assert dragon.runs(runs_dir).empty
@@ -310,12 +314,12 @@ def test_the_preview_and_start_refuse_a_mismatched_mapping(prompts, model, runs_
 def test_dpo_starts_prefer_and_its_code_is_the_runs_code(pairs, model, runs_dir: Path):
     values = with_values(max_steps=4, batch_size=2, dpo_loss_type="ipo")
     preview, error = train.preview_code(
-        pairs, model, "dpo", "", "", 0.2, [], *values, runs_dir=runs_dir
+        pairs, model, "dpo", "", "", 0.2, [], values, runs_dir=runs_dir
     )
     assert error == "" and "run = dragon.prefer(" in preview
     assert 'method="dpo",\n    beta=0.2,\n    loss_type="ipo",\n    label_smoothing=0.0,' in preview
     selected, started, code, error = train.start(
-        pairs, model, "dpo", "", "", 0.2, [], *values, runs_dir=runs_dir
+        pairs, model, "dpo", "", "", 0.2, [], values, runs_dir=runs_dir
     )
     assert error == ""
     run = dragon.open_run(selected)
@@ -324,11 +328,11 @@ def test_dpo_starts_prefer_and_its_code_is_the_runs_code(pairs, model, runs_dir:
     assert preview == code
     run.wait(timeout=30)
     with pytest.warns(UserWarning, match="Beta is empty"):
-        train.start(pairs, model, "orpo", "", "", None, [], *values, runs_dir=runs_dir)
-    orpo = train.preview_code(pairs, model, "orpo", "", "", 0.2, [], *values, runs_dir=runs_dir)
+        train.start(pairs, model, "orpo", "", "", None, [], values, runs_dir=runs_dir)
+    orpo = train.preview_code(pairs, model, "orpo", "", "", 0.2, [], values, runs_dir=runs_dir)
     assert orpo[1] == "" and "beta=0.2,\n" in orpo[0] and "loss_type" not in orpo[0]
     smoothing = with_values(dpo_label_smoothing=0.1)  # DPO's own loss, sigmoid, takes none
-    code, error = train.preview_code(pairs, model, "dpo", "", "", 0.2, [], *smoothing,
+    code, error = train.preview_code(pairs, model, "dpo", "", "", 0.2, [], smoothing,
                                      runs_dir=runs_dir)  # fmt: skip
     assert code == SKIP and "set loss_type=&#x27;robust&#x27;, or label_smoothing=0" in error
 
@@ -343,22 +347,22 @@ def test_the_dpo_loss_box_shows_for_dpo_alone():
 
 
 def test_an_optional_number_is_read_from_its_text_box():
-    length = rewards_builder.build_reward("length", 0.5, "", *reward_values(max_chars=" 300 "))
+    length = rewards_builder.build_reward("length", 0.5, "", reward_values(max_chars=" 300 "))
     assert length == dragon.reward("length", weight=0.5, max_chars=300)
     empty = reward_values(min_chars=10, max_chars="")  # an empty box is "not set"
-    assert rewards_builder.build_reward("length", 0.5, "", *empty) == dragon.reward(
+    assert rewards_builder.build_reward("length", 0.5, "", empty) == dragon.reward(
         "length", weight=0.5, min_chars=10
     )
-    out = rewards_builder.add_reward([], "length", 0.5, "", *reward_values(max_chars="lots"))
+    out = rewards_builder.add_reward([], "length", 0.5, "", reward_values(max_chars="lots"))
     assert "Reward.max_chars" in out[-1] and "whole number" in out[-1]
 
 
 def test_the_builder_shows_the_fields_each_reward_type_reads():
     names = [f.name for f in rewards_builder.REWARD_OPTIONS]
     with gr.Blocks():
-        widgets = rewards_builder.reward_widgets()
-    assert [w.elem_id for w in widgets] == [f"train-reward-{n}" for n in names]
-    by_name = dict(zip(names, widgets, strict=True))
+        by_name = rewards_builder.reward_widgets()
+    assert list(by_name) == names
+    assert [w.elem_id for w in by_name.values()] == [f"train-reward-{n}" for n in names]
     assert [n for n, w in by_name.items() if w.visible] == ["pattern", "case_sensitive"]
     assert isinstance(by_name["mode"], gr.Radio) and by_name["mode"].choices[1][1] == "all"
     # May be empty, so a text box (Gradio's number box would show empty as 0).
@@ -395,30 +399,30 @@ def test_builder_values_become_the_same_reward_objects_as_the_api(tmp_path: Path
     ]  # fmt: skip
     for (kind, weight, name), fields, expected in cases:
         values = reward_values(**(leftovers | fields))
-        assert rewards_builder.build_reward(kind, weight, name, *values) == expected, kind
+        assert rewards_builder.build_reward(kind, weight, name, values) == expected, kind
 
 
 def test_adding_and_removing_rewards_keeps_the_list(tmp_path: Path):
     rewards, table, picker, message = rewards_builder.add_reward(
-        [], "regex", 1, "", *reward_values(pattern=TICKET)
+        [], "regex", 1, "", reward_values(pattern=TICKET)
     )
     assert message == "" and rewards == [dragon.reward("regex", pattern=TICKET)]
     rewards, table, picker, message = rewards_builder.add_reward(
-        rewards, "length", 0.2, "", *reward_values(max_chars=40)
+        rewards, "length", 0.2, "", reward_values(max_chars=40)
     )
     assert list(table["name"]) == ["regex", "length"] and list(table["weight"]) == [1, 0.2]
     assert list(table["settings"]) == [f'pattern="{TICKET}"', "max_chars=40"]
     assert picker["choices"] == ["regex", "length"]
     # A bad reward is refused with the field named; the list is left as it was.
-    out = rewards_builder.add_reward(rewards, "regex", 1, "", *reward_values(pattern="("))
+    out = rewards_builder.add_reward(rewards, "regex", 1, "", reward_values(pattern="("))
     assert (
         out[:3] == (SKIP,) * 3 and "Reward.pattern &#x27;(&#x27; is not a valid regular" in out[3]
     )
     short = reward_values(max_chars=9)
-    named = rewards_builder.add_reward(rewards, "length", 1, "short", *short)[0]
-    out = rewards_builder.add_reward(named, "json", 1, "short", *reward_values())
+    named = rewards_builder.add_reward(rewards, "length", 1, "short", short)[0]
+    out = rewards_builder.add_reward(named, "json", 1, "short", reward_values())
     assert out[:3] == (SKIP,) * 3 and "Two rewards have the same name" in out[3]
-    out = rewards_builder.add_reward(rewards, "length", None, "", *reward_values(max_chars=9))
+    out = rewards_builder.add_reward(rewards, "length", None, "", reward_values(max_chars=9))
     assert "Reward.weight is empty" in out[3]
     rewards, table, picker, message = rewards_builder.remove_reward(rewards, "regex")
     assert rewards == [dragon.reward("length", weight=0.2, max_chars=40)]
@@ -434,19 +438,19 @@ TWO_REWARDS = [dragon.reward("regex", pattern=TICKET), dragon.reward("length", m
 
 def test_grpo_needs_a_reward_then_starts_reinforce(prompts, model, runs_dir: Path):
     values = with_values(max_steps=3, group_size=2, max_new_tokens=16, max_seq_len=256)
-    code, error = train.preview_code(prompts, model, "grpo", "", "", 0.1, [], *values,
+    code, error = train.preview_code(prompts, model, "grpo", "", "", 0.1, [], values,
                                      runs_dir=runs_dir)  # fmt: skip
     assert code == train.NO_REWARDS_HINT and error == ""
     with pytest.warns(UserWarning, match="at least one reward"):
-        train.start(prompts, model, "grpo", "", "", 0.1, [], *values, runs_dir=runs_dir)
+        train.start(prompts, model, "grpo", "", "", 0.1, [], values, runs_dir=runs_dir)
     preview, error = train.preview_code(
-        prompts, model, "grpo", "", "rl", 0.1, TWO_REWARDS, *values, runs_dir=runs_dir
+        prompts, model, "grpo", "", "rl", 0.1, TWO_REWARDS, values, runs_dir=runs_dir
     )
     assert error == "" and "run = dragon.reinforce(" in preview
     assert f'dragon.reward("regex", pattern="{TICKET}"),' in preview
     assert "group_size=2,\n    beta=0.04,\n    temperature=1.0,\n    max_new_tokens=16," in preview
     selected, started, code, error = train.start(
-        prompts, model, "grpo", "", "rl", 0.1, TWO_REWARDS, *values, runs_dir=runs_dir
+        prompts, model, "grpo", "", "rl", 0.1, TWO_REWARDS, values, runs_dir=runs_dir
     )
     assert error == "", error
     run = dragon.open_run(selected)
@@ -475,7 +479,7 @@ def test_the_tabs_spec_is_the_one_the_api_function_writes(
                          group_size=2, max_new_tokens=16)  # fmt: skip
     rewards = TWO_REWARDS if method == "grpo" else []
     spec = train.read_spec(data, model, method, "", " faq ", 0.2, rewards, values, runs_dir)
-    lora, args, hardware = train.read_settings(values[: train.N_SETTINGS])
+    lora, args, hardware = train.read_settings(values)
     common = {"lora": lora, "args": args, "hardware": hardware, "name": "faq",
               "runs_dir": runs_dir}  # fmt: skip
     if method == "sft":
@@ -492,21 +496,20 @@ def test_the_tabs_spec_is_the_one_the_api_function_writes(
 
 def test_grpo_settings_are_checked_naming_the_field(prompts, model, runs_dir: Path):
     code, error = train.preview_code(prompts, model, "grpo", "", "", 0.1, TWO_REWARDS,
-                                     *with_values(group_size=None), runs_dir=runs_dir)  # fmt: skip
+                                     with_values(group_size=None), runs_dir=runs_dir)  # fmt: skip
     assert code == SKIP and "ReinforceArgs.group_size (Group size) is empty" in error
     with pytest.warns(UserWarning, match="group_size = 1 is below the minimum 2"):
         out = train.start(prompts, model, "grpo", "", "", 0.1, TWO_REWARDS,
-                          *with_values(group_size=1), runs_dir=runs_dir)  # fmt: skip
+                          with_values(group_size=1), runs_dir=runs_dir)  # fmt: skip
     assert out[0] == SKIP
     assert dragon.runs(runs_dir).empty
 
 
 def test_the_dry_run_scores_sampled_completions(prompts, model, runs_dir: Path):
     backend = ScriptedBackend(["Reset it (1).", "Reset it (1)." + " and more" * 9])
-    rl = with_values(group_size=2, max_new_tokens=16, temperature=0.7)
-    rl = rl[train.N_SETTINGS : train.N_SETTINGS + train.N_REINFORCE]
+    rl = with_values(group_size=2, max_new_tokens=16, temperature=0.7)["ReinforceArgs"]
     table, summary, code, message = train.dry_run(
-        prompts, model, "", TWO_REWARDS, *rl, backend=backend, runs_dir=runs_dir
+        prompts, model, "", TWO_REWARDS, rl, backend=backend, runs_dir=runs_dir
     )
     assert message == ""
     frame = table["value"]
@@ -529,25 +532,25 @@ def test_the_dry_run_scores_sampled_completions(prompts, model, runs_dir: Path):
 
 def test_the_dry_run_says_what_is_missing(mapped, prompts, model, tmp_path: Path, runs_dir: Path):
     backend = ScriptedBackend(["same"])
-    rl = default_values()[train.N_SETTINGS : train.N_SETTINGS + train.N_REINFORCE]
-    out = train.dry_run(prompts, model, "", [], *rl, backend=backend, runs_dir=runs_dir)
+    rl = default_values()["ReinforceArgs"]
+    out = train.dry_run(prompts, model, "", [], rl, backend=backend, runs_dir=runs_dir)
     assert out[:3] == (SKIP,) * 3 and "Add a reward first" in out[3]
-    out = train.dry_run(mapped, model, "", TWO_REWARDS, *rl, backend=backend, runs_dir=runs_dir)
+    out = train.dry_run(mapped, model, "", TWO_REWARDS, rl, backend=backend, runs_dir=runs_dir)
     assert "Prompts for RL (GRPO)" in out[3]
     no_reference = dragon.dataset(prompts.frame).map_prompts(prompt="question")
     out = train.dry_run(
-        no_reference, model, "", [dragon.reward("exact")], *rl, backend=backend, runs_dir=runs_dir
+        no_reference, model, "", [dragon.reward("exact")], rl, backend=backend, runs_dir=runs_dir
     )
     assert "compare completions with a reference answer" in out[3]
     # Every completion alike: the summary says GRPO could learn nothing from these prompts.
-    table, summary, _, message = train.dry_run(prompts, model, "", TWO_REWARDS, *rl,
+    table, summary, _, message = train.dry_run(prompts, model, "", TWO_REWARDS, rl,
                                                backend=backend, runs_dir=runs_dir)  # fmt: skip
     assert message == "" and "3 of 3 prompts gave all their completions the same total" in summary
     broken = tmp_path / "broken.py"
     broken.write_text("def reward(prompt, completion, reference, row):\n    return 1 / 0\n")
     custom = [dragon.reward("custom", file=str(broken))]
     _, summary, _, message = train.dry_run(
-        prompts, model, "", custom, *rl, backend=backend, runs_dir=runs_dir
+        prompts, model, "", custom, rl, backend=backend, runs_dir=runs_dir
     )
     assert "Warning: Reward 'custom' failed on 12 of 12" in summary
     assert "ZeroDivisionError" in summary

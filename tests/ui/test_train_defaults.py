@@ -22,15 +22,16 @@ BUNDLED = ResolvedModel.bundled()
 QWEN = ResolvedModel("Qwen/Qwen2.5-0.5B-Instruct", "/nowhere/qwen", None)
 
 
-def values(fits: dragon.Recommendation, **typed) -> list:
+def values(fits: dragon.Recommendation, **typed) -> dict:
+    """The followed widgets' values by group and field name: the recommendation, some typed."""
     out = train_defaults.values_of(fits)
     for name, value in typed.items():
-        out[NAMES.index(name)] = value
+        out[next(group for group, fields in out.items() if name in fields)][name] = value
     return out
 
 
-def follow(seen, model, method, *vals, parent="", runs_dir: Path) -> dict:
-    *updates, note, now = train_defaults.follow(seen, model, method, parent, *vals,
+def follow(seen, model, method, vals, parent="", *, runs_dir: Path) -> dict:
+    *updates, note, now = train_defaults.follow(seen, model, method, parent, vals,
                                                 runs_dir=runs_dir)  # fmt: skip
     return {"updates": dict(zip(NAMES, updates, strict=True)), "note": note, "now": now}
 
@@ -38,28 +39,28 @@ def follow(seen, model, method, *vals, parent="", runs_dir: Path) -> dict:
 def test_switching_method_takes_its_defaults_and_keeps_what_was_typed(tmp_path: Path):
     sft = dragon.recommended(QWEN.name, "sft")
     assert sft.args == TrainArgs() and sft.source == "preset"  # the manual's defaults
-    got = follow((QWEN.name, "sft"), QWEN, "dpo", *values(sft), runs_dir=tmp_path)
+    got = follow((QWEN.name, "sft"), QWEN, "dpo", values(sft), runs_dir=tmp_path)
     assert got["updates"]["learning_rate"] == 5e-5 and got["updates"]["epochs"] == 2
     assert got["updates"]["batch_size"] == SKIP and got["updates"]["r"] == SKIP  # unchanged
     assert got["now"] == (QWEN.name, "dpo")
-    typed = follow((QWEN.name, "sft"), QWEN, "grpo", *values(sft, learning_rate=3e-4),
+    typed = follow((QWEN.name, "sft"), QWEN, "grpo", values(sft, learning_rate=3e-4),
                    runs_dir=tmp_path)["updates"]  # fmt: skip
     assert typed["learning_rate"] == SKIP and typed["epochs"] == 1 and typed["save_steps"] == 20
     back = follow((QWEN.name, "grpo"), QWEN, "sft",
-                  *values(dragon.recommended(QWEN.name, "grpo")), runs_dir=tmp_path)  # fmt: skip
+                  values(dragon.recommended(QWEN.name, "grpo")), runs_dir=tmp_path)  # fmt: skip
     assert back["updates"]["learning_rate"] == TrainArgs().learning_rate
 
 
 def test_switching_model_moves_untouched_fields_to_its_recommendation(tmp_path: Path):
     bundled = dragon.recommended(BUNDLED.name)
     assert bundled.source == "bundled" and bundled.args.learning_rate > 10 * 2e-4
-    got = follow((BUNDLED.name, "sft"), QWEN, "sft", *values(bundled, epochs=5),
+    got = follow((BUNDLED.name, "sft"), QWEN, "sft", values(bundled, epochs=5),
                  runs_dir=tmp_path)  # fmt: skip
     updates = got["updates"]
     assert updates["learning_rate"] == 2e-4 and updates["max_seq_len"] == 1024
     assert updates["grad_accum"] == 4 and updates["epochs"] == SKIP  # typed: it stays
     assert "manual's defaults" in got["note"]
-    again = follow((QWEN.name, "sft"), BUNDLED, "sft", *values(dragon.recommended(QWEN.name)),
+    again = follow((QWEN.name, "sft"), BUNDLED, "sft", values(dragon.recommended(QWEN.name)),
                    runs_dir=tmp_path)  # fmt: skip
     assert again["updates"]["learning_rate"] == bundled.args.learning_rate
     assert "bundled model" in again["note"] and "learning rate 0.005" in again["note"]
@@ -74,7 +75,7 @@ def test_a_run_to_continue_from_brings_its_base_models_recommendation(tmp_path: 
     files.write_config(parent, {**spec.to_dict(), "schema": 1,
                                 "model": {"name": BUNDLED.name}})  # fmt: skip
     assert train_defaults.target(QWEN, str(parent), runs) == str(parent)
-    got = follow((QWEN.name, "sft"), QWEN, "sft", *values(dragon.recommended(QWEN.name)),
+    got = follow((QWEN.name, "sft"), QWEN, "sft", values(dragon.recommended(QWEN.name)),
                  parent=str(parent), runs_dir=runs)  # fmt: skip
     assert got["updates"]["learning_rate"] == dragon.recommended(BUNDLED.name).args.learning_rate
     # A run outside the runs dir is not read: the fields follow the model meanwhile.

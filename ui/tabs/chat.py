@@ -27,10 +27,10 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
+from dragonfarm_core.auth.profiles import Profile
 from dragonfarm_core.data.codegen import literal
-from dragonfarm_core.profiles import Profile
 from dragonfarm_core.rundir import files, refs
-from ui import present, watch
+from ui import named, present, watch
 from ui.chat_session import (
     CODE_HINT,
     NAMES,
@@ -119,19 +119,26 @@ def converse(
 
 
 def send(
-    session: Session | None, text: str, model: dragon.ResolvedModel, *values: Any, runs_dir: Path,
+    session: Session | None, text: str, model: dragon.ResolvedModel, run: str | None,
+    mode: str, backend: str, url: str, served: str, api_key: str, ollama_model: str,
+    ollama_url: str, system: str, max_new_tokens: float | None, temperature: float,
+    top_p: float, context_window: float | None, *, runs_dir: Path,
     profile: Profile | None = None,
 ) -> Iterator[tuple[Any, ...]]:  # fmt: skip
-    """Send -> streamed views: the message goes to every conversation shown, in turn.
-    `values` are the setup widgets' values, in `read_setup`'s order after `model`; a shared
-    `profile` refuses a server or Ollama URL inside its machine's network."""
-    run, *rest = values
+    """Send -> streamed views: the message goes to every conversation shown, in turn. The
+    setup widgets' values are `read_setup`'s; a shared `profile` refuses a server or Ollama URL
+    inside its machine's network."""
     if not (text or "").strip():
         yield view(session, "Type a message first.")
         return
     try:
         run = str(refs.resolve_run(run, runs_dir)) if run else run  # refuses one outside
-        setup = read_setup(run, model, *rest)
+        setup = read_setup(
+            run, model, mode=mode, backend=backend, url=url, served=served, api_key=api_key,
+            ollama_model=ollama_model, ollama_url=ollama_url, system=system,
+            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+            context_window=context_window,
+        )  # fmt: skip
         if refusal := reach_refusal(setup, profile):
             raise ValueError(refusal)
         ready = prepare(session, setup, runs_dir)
@@ -386,11 +393,14 @@ def build(ctx: AppContext) -> None:
     session, seen = gr.State(None), gr.State(None)
 
     shown = [columns[0].bot, columns[1].bot, session, message, notice, usage, code, error]
-    setup = [picker, mode, backend, url, served, key, ollama_model, ollama_url, system]
-    setup += [max_new, temperature, top_p, window]
-    talk = partial(send, runs_dir=ctx.runs_dir, profile=ctx.profile)
-    go.click(talk, [session, message, ctx.model, *setup], shown)
-    message.submit(talk, [session, message, ctx.model, *setup], shown)
+    form = {"session": session, "text": message, "model": ctx.model, "run": picker,
+            "mode": mode, "backend": backend, "url": url, "served": served, "api_key": key,
+            "ollama_model": ollama_model, "ollama_url": ollama_url, "system": system,
+            "max_new_tokens": max_new, "temperature": temperature, "top_p": top_p,
+            "context_window": window}  # fmt: skip
+    talk = named.handler(partial(send, runs_dir=ctx.runs_dir, profile=ctx.profile), form)
+    go.click(talk, named.inputs(form), shown)
+    message.submit(talk, named.inputs(form), shown)
     back.click(undo, session, shown)
     clear.click(reset, session, shown)
     keep.click(partial(save_transcript, runs_dir=ctx.runs_dir), session, [*shown, transcript])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import gradio as gr
@@ -24,7 +25,7 @@ from dragonfarm_core.chat_template import (
     render,
 )
 from dragonfarm_core.data.codegen import dataset_code, literal
-from ui import active_data, present
+from ui import active_data, named, present
 from ui.context import AppContext, report_tokenizer
 
 TITLE = "Mapping"
@@ -77,8 +78,11 @@ REMAP_QUEUE = "mapping-remap"
 CHIP_SEPARATOR = {"prompt": "\n\n", "system": "\n\n"}
 
 
-def insert_column(target: str, column: str | None, *texts: str) -> tuple[Any, ...]:
-    """A column chip was clicked: append "{column}" to the target slot, reset the chips."""
+def insert_column(
+    target: str, column: str | None, slots: Mapping[str, str | None]
+) -> tuple[Any, ...]:
+    """A column chip was clicked: append "{column}" to the target slot, reset the chips.
+    `slots`: the slot boxes' values by slot name; -> one update per slot in SLOTS order."""
     if not column or target not in SLOTS:
         return (gr.skip(),) * (len(SLOTS) + 1)
     i = SLOTS.index(target)
@@ -86,7 +90,7 @@ def insert_column(target: str, column: str | None, *texts: str) -> tuple[Any, ..
     if target == "messages":  # the messages slot names a column, it is not a template
         updated[i] = column
         return (*updated, None)
-    text = texts[i] or ""
+    text = slots[target] or ""
     separator = CHIP_SEPARATOR.get(target, " ") if text.endswith("}") else ""
     updated[i] = text + separator + "{" + column + "}"
     return (*updated, None)
@@ -130,17 +134,20 @@ def is_example(ds: dragon.Dataset | None) -> bool:
 
 
 def suggest_slots(
-    ds: dragon.Dataset | None, suggested: tuple[str, ...] | None, *texts: str
-) -> tuple[Any, ...]:
-    """A dataset was loaded -> (*slot boxes, kind, suggested, note). The example data comes
-    mapped (EXAMPLE_SLOTS); slots the page filled itself are emptied for any other dataset
-    (its columns differ). Slots the person typed or picked are never touched."""
-    untouched = all(not (t or "").strip() for t in texts) or tuple(texts) == suggested
+    ds: dragon.Dataset | None, suggested: Mapping[str, str] | None,
+    slots: Mapping[str, str | None],
+) -> tuple[Any, ...]:  # fmt: skip
+    """A dataset was loaded -> (*slot boxes in SLOTS order, kind, suggested, note). `slots`:
+    the boxes' values by slot name; `suggested`: the slots this page filled in itself. The
+    example data comes mapped (EXAMPLE_SLOTS); slots the page filled itself are emptied for
+    any other dataset (its columns differ). Slots the person typed or picked are never
+    touched."""
+    untouched = all(not (t or "").strip() for t in slots.values()) or dict(slots) == suggested
     if not untouched:
         return (gr.skip(),) * (len(SLOTS) + 3)
     if is_example(ds):
-        filled = tuple(EXAMPLE_SLOTS.get(name, "") for name in SLOTS)
-        return (*filled, "sft", filled, present.hint_html(EXAMPLE_NOTE))
+        filled = {name: EXAMPLE_SLOTS.get(name, "") for name in SLOTS}
+        return (*filled.values(), "sft", filled, present.hint_html(EXAMPLE_NOTE))
     if suggested is None:
         return (gr.skip(),) * (len(SLOTS) + 3)
     return (*("",) * len(SLOTS), gr.skip(), None, "")
@@ -211,23 +218,28 @@ def preview_html(mapped: dragon.Dataset, model: dragon.ResolvedModel) -> str:
 
 
 def remap(
-    ds: dragon.Dataset | None, model: dragon.ResolvedModel, kind: str, *texts: str
-) -> tuple[Any, ...]:
-    """Slots -> (mapped dataset, preview HTML, report, code, error box)."""
-    slots = {name: (text or "").strip() for name, text in zip(SLOTS, texts, strict=True)}
+    ds: dragon.Dataset | None, model: dragon.ResolvedModel, kind: str,
+    slots: Mapping[str, str | None],
+) -> tuple[Any, ...]:  # fmt: skip
+    """Slots (the boxes' values by slot name; one left out is empty) -> (mapped dataset,
+    preview HTML, report, code, error box)."""
+    unknown = sorted(set(slots) - set(SLOTS))
+    if unknown:
+        raise ValueError(f"Not a mapping slot: {', '.join(unknown)}; one of {', '.join(SLOTS)}.")
+    text = {name: (slots.get(name) or "").strip() for name in SLOTS}
     if ds is None:
         return None, present.hint_html("Load a dataset in the Data tab first."), "", CODE_HINT, ""
-    missing = [name for name in REQUIRED_BY_KIND[kind] if not slots[name]]
+    missing = [name for name in REQUIRED_BY_KIND[kind] if not text[name]]
     if missing:
         hint = f"Fill in {' and '.join(missing)}: click a column above, or type a template."
         return None, present.hint_html(hint), "", CODE_HINT, ""
     try:
-        mapped = map_dataset(ds, kind, slots)
+        mapped = map_dataset(ds, kind, text)
         html = preview_html(mapped, model)
         report = mapped.report(tokenizer=report_tokenizer(model)).to_markdown()
     except (dragon.DatasetError, ChatTemplateError) as e:
         return None, "", "", CODE_HINT, present.error_html(active_data.user_message(str(e), ds))
-    return mapped, html, report, mapping_code(ds, mapped, slots["messages"], model), ""
+    return mapped, html, report, mapping_code(ds, mapped, text["messages"], model), ""
 
 
 def build(ctx: AppContext) -> None:
@@ -246,15 +258,16 @@ def build(ctx: AppContext) -> None:
                 label="Insert into",
                 elem_id="mapping-target",
             )
-            boxes = [
-                gr.Textbox(
+            slot_boxes = {
+                name: gr.Textbox(
                     label=SLOT_LABELS[name],
                     lines=2 if name in ("prompt", "system") else 1,
                     visible=name in SLOTS_BY_KIND["sft"],
                     elem_id=f"mapping-{name}",
                 )
                 for name in SLOTS
-            ]
+            }
+            boxes = list(slot_boxes.values())  # SLOTS order: the handlers' outputs
             error = gr.HTML(elem_id="mapping-error")
             note = gr.HTML(elem_id="mapping-note")
         with gr.Column(scale=3):
@@ -276,27 +289,31 @@ def build(ctx: AppContext) -> None:
                 elem_id="mapping-code",
             )
 
-    for name, box in zip(SLOTS, boxes, strict=True):
+    for name, box in slot_boxes.items():
         # Runs in the browser only: focusing a slot makes it the chips' target.
         box.focus(None, None, target, js=f"() => {json.dumps(name)}")
-    chips.input(insert_column, [target, chips, *boxes], [*boxes, chips])
+    chip = {"target": target, "column": chips, "slots": slot_boxes}
+    chips.input(named.handler(insert_column, chip), named.inputs(chip), [*boxes, chips])
     kind.change(show_slots, kind, [*boxes, target])
     ctx.dataset.change(show_columns, ctx.dataset, chips)
     suggested = gr.State(None)  # the slot values this page filled in itself, if any
     # The note says the page mapped the example; once the person edits, it no longer holds.
     gr.on([*(box.input for box in boxes), chips.input, kind.input], lambda: "", None, note)
+    loaded = {"ds": ctx.dataset, "suggested": suggested, "slots": slot_boxes}
     ctx.dataset.change(
-        suggest_slots, [ctx.dataset, suggested, *boxes], [*boxes, kind, suggested, note]
-    )
+        named.handler(suggest_slots, loaded), named.inputs(loaded),
+        [*boxes, kind, suggested, note],
+    )  # fmt: skip
     # One listener for every input the preview depends on, one at a time, newest last: with a
     # listener per slot, each remapped from the slots as they were when it fired and the last
     # to finish won, so a quick second slot could be overwritten by "Fill in response..."
     # from the first. Queued in order, the newest request (which reads every slot) runs last;
     # `always_last` drops the stale ones waiting behind a running remap.
+    mapping_form = {"ds": ctx.dataset, "model": ctx.model, "kind": kind, "slots": slot_boxes}
     gr.on(
         [*(box.change for box in boxes), kind.change, ctx.dataset.change, ctx.model.change],
-        remap,
-        [ctx.dataset, ctx.model, kind, *boxes],
+        named.handler(remap, mapping_form),
+        named.inputs(mapping_form),
         [ctx.mapped, preview, report, code, error],
         trigger_mode="always_last",
         concurrency_limit=1,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import html
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,17 +29,26 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core import ResolvedModel
+from dragonfarm_core.auth.profiles import Profile, get_profile
 from dragonfarm_core.codegen.run import dry_run_code, spec_code
 from dragonfarm_core.method_args import DpoArgs, GrpoArgs, PreferenceArgs, ReinforceArgs
 from dragonfarm_core.methods import METHODS
-from dragonfarm_core.profiles import Profile, get_profile
 from dragonfarm_core.rewards import Reward, reward_names
 from dragonfarm_core.rundir import queue, refs
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
-from ui import active_data, memory_line, present, queue_panel, remote_panel, train_defaults, watch
+from ui import (
+    active_data,
+    memory_line,
+    named,
+    present,
+    queue_panel,
+    remote_panel,
+    train_defaults,
+    watch,
+)
 from ui.context import AppContext
 from ui.rewards_builder import build_rewards
-from ui.settings_form import read_group, read_groups, settings_widgets, shown_fields
+from ui.settings_form import read_group, settings_fields
 from ui.tabs.mapping import KINDS
 
 TITLE = "Train"
@@ -53,8 +62,6 @@ KIND_NAMES = {
 }
 MAPPING_LABELS = {kind: label for label, kind in KINDS}
 SETTINGS = (Lora, TrainArgs, Hardware)
-N_SETTINGS = sum(len(shown_fields(cls)) for cls in SETTINGS)
-N_REINFORCE = len(shown_fields(ReinforceArgs))
 DPO_OWN = ("loss_type", "label_smoothing")  # DpoArgs' fields besides PreferenceArgs' beta
 NO_PARENT = "(none: start from the model chosen in the Model tab)"
 CODE_HINT = "# Map a dataset in the Mapping tab; the Python that trains on it appears here."
@@ -65,28 +72,34 @@ DRY_RUN_PROMPTS = 3
 START_ERRORS = (ValueError, TypeError, OSError, RuntimeError)
 
 
-def read_settings(values: Sequence[Any]) -> tuple[Lora, TrainArgs, Hardware]:
-    """Widget values, in the order `settings_widgets` made them, -> (Lora, TrainArgs, Hardware).
-    Invalid values raise SettingsError naming the field."""
-    lora, args, hardware = read_groups(SETTINGS, values)
+# The settings widgets' values, by group (class name) and field name: {"Lora": {"r": 16, ...},
+# "TrainArgs": {...}, "Hardware": {...}, "ReinforceArgs": {...}, "DpoArgs": {DPO_OWN's}}.
+Settings = Mapping[str, Mapping[str, Any]]
+
+
+def read_settings(settings: Settings) -> tuple[Lora, TrainArgs, Hardware]:
+    """The settings widgets' values by name -> (Lora, TrainArgs, Hardware). Invalid values
+    raise SettingsError naming the field."""
+    lora, args, hardware = (read_group(cls, settings[cls.__name__]) for cls in SETTINGS)
     return lora, args, hardware
 
 
 def method_settings(
-    method: str, beta: float | None, rewards: Sequence[Reward], values: Sequence[Any]
+    method: str, beta: float | None, rewards: Sequence[Reward], settings: Settings
 ) -> PreferenceArgs | GrpoArgs | None:
-    """The method's own settings group, from its widgets: `values` holds GRPO's ReinforceArgs,
-    then DPO's own (DPO_OWN)."""
+    """The method's own settings group, from its widgets: GRPO's `settings["ReinforceArgs"]`,
+    DPO's own `settings["DpoArgs"]` (DPO_OWN) beside `beta`."""
     group = METHODS[method].settings
     if group is PreferenceArgs or group is DpoArgs:
         if beta is None:
             raise SettingsError(f"Beta is empty; enter a value ({PreferenceArgs().beta} is a "
                                 "sensible start).")  # fmt: skip
-        return read_group(group, [beta, *(values[N_REINFORCE:] if group is DpoArgs else [])])
+        own = settings["DpoArgs"] if group is DpoArgs else {}
+        return read_group(group, {"beta": beta, **own})
     if group is GrpoArgs:
         if not rewards:
             raise ValueError("GRPO needs at least one reward: add one in the rewards builder.")
-        reinforce = read_group(ReinforceArgs, values[:N_REINFORCE])
+        reinforce = read_group(ReinforceArgs, settings["ReinforceArgs"])
         return GrpoArgs(rewards=list(rewards), **reinforce.to_dict())
     return None
 
@@ -120,7 +133,7 @@ def parent_run(parent: str | None, runs_dir: Path) -> str | None:
 def read_spec(
     mapped: dragon.Dataset | None, model: ResolvedModel, method: str, parent: str | None,
     name: str | None, beta: float | None, rewards: Sequence[Reward] | None,
-    values: Sequence[Any], runs_dir: Path,
+    settings: Settings, runs_dir: Path,
 ) -> dragon.RunSpec:  # fmt: skip
     """The widgets' values -> the RunSpec that Start starts. Raises what is wrong, field named."""
     if method not in METHODS:
@@ -133,12 +146,12 @@ def read_spec(
     problem = kind_problem(method, mapped)
     if problem:
         raise ValueError(problem)
-    lora, args, hardware = read_settings(values[:N_SETTINGS])
-    settings = method_settings(method, beta, rewards or [], values[N_SETTINGS:])
+    lora, args, hardware = read_settings(settings)
+    own = method_settings(method, beta, rewards or [], settings)
     base = parent_run(parent, runs_dir)
     return dragon.RunSpec(
         method, mapped, base or model.name, lora=lora, args=args, hardware=hardware,
-        method_args=settings, name=(name or "").strip() or None,
+        method_args=own, name=(name or "").strip() or None,
         revision=None if base else model.revision,
     )  # fmt: skip
 
@@ -157,11 +170,12 @@ def check_rewards_allowed(rewards: Sequence[Reward] | None, profile: Profile | N
 
 def dry_run(
     mapped: dragon.Dataset | None, model: ResolvedModel, parent: str | None,
-    rewards: list[Reward] | None, *values: Any, backend: Any = None, runs_dir: Path,
-    profile: Profile | None = None,
+    rewards: list[Reward] | None, reinforce: Mapping[str, Any], *, backend: Any = None,
+    runs_dir: Path, profile: Profile | None = None,
 ) -> tuple[Any, ...]:  # fmt: skip
     """Dry run -> (score table, summary, code, message): `group_size` completions for each of
-    the first DRY_RUN_PROMPTS prompts, sampled as GRPO will, scored by the rewards."""
+    the first DRY_RUN_PROMPTS prompts, sampled as GRPO will, scored by the rewards.
+    `reinforce`: the ReinforceArgs widgets' values by field name."""
     try:
         check_rewards_allowed(rewards, profile)
         parent = parent_run(parent, runs_dir)
@@ -172,7 +186,7 @@ def dry_run(
             raise ValueError(problem)
         if not rewards:
             raise ValueError("Add a reward first: the dry run scores completions with them.")
-        settings = GrpoArgs(rewards=rewards, **read_group(ReinforceArgs, values).to_dict())
+        settings = GrpoArgs(rewards=rewards, **read_group(ReinforceArgs, reinforce).to_dict())
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             table = dragon.test_rewards(
@@ -193,8 +207,8 @@ def dry_run(
 
 def preview_code(
     mapped: dragon.Dataset | None, model: ResolvedModel, method: str, parent: str | None,
-    name: str | None, beta: float | None, rewards: list[Reward] | None, *values: Any,
-    runs_dir: Path,
+    name: str | None, beta: float | None, rewards: list[Reward] | None, settings: Settings,
+    *, runs_dir: Path,
 ) -> tuple[str, str]:  # fmt: skip
     """Widget values -> (the code Start would run, error box)."""
     if mapped is None:
@@ -209,18 +223,19 @@ def preview_code(
     except (FileNotFoundError, ValueError) as e:  # never a call for a run it cannot use
         return PARENT_HINT, present.error_html(str(e))
     try:
-        spec = read_spec(mapped, model, method, parent, name, beta, rewards, values, runs_dir)
+        spec = read_spec(mapped, model, method, parent, name, beta, rewards, settings, runs_dir)
     except (SettingsError, ValueError, TypeError) as e:
         return gr.skip(), present.error_html(str(e))
     return present.portable_code(spec_code(spec, runs_dir)), ""
 
 
-def preview_changed(previewed: str | None, *values: Any, runs_dir: Path) -> tuple[Any, ...]:
-    """Widget values -> (code, error box, code previewed): nothing changes when the code is the
+def preview_changed(previewed: str | None, *, runs_dir: Path, **values: Any) -> tuple[Any, ...]:
+    """Start's input values, by name, -> (code, error box, code previewed): nothing changes
+    when the code is the
     one previewed last. A value can fire its change event more than once, and those events can
     queue behind a click: replaying one must not replace the code Start or Run elsewhere wrote
     for the same values (CI saw a bundle's code replaced so)."""
-    code, error = preview_code(*values, runs_dir=runs_dir)
+    code, error = preview_code(**values, runs_dir=runs_dir)
     if code == previewed:
         return gr.skip(), gr.skip(), gr.skip()
     # A refused value shows its error and keeps the old code: forget that code, so that putting
@@ -228,21 +243,21 @@ def preview_changed(previewed: str | None, *values: Any, runs_dir: Path) -> tupl
     return code, error, code if isinstance(code, str) else None
 
 
-def memory(*values: Any, runs_dir: Path) -> str:
-    """Start's input values -> the memory line above Start (empty while no spec can be built;
-    the code panel says why)."""
-    mapped, model, method, parent, name, beta, rewards, *settings = values
+def memory(*, runs_dir: Path, **values: Any) -> str:
+    """Start's input values, by name, -> the memory line above Start (empty while no spec can
+    be built; the code panel says why)."""
     try:
-        spec = read_spec(mapped, model, method, parent, name, beta, rewards, settings, runs_dir)
-        return memory_line.memory_html(spec, model, parent_run(parent, runs_dir))
+        spec = read_spec(**values, runs_dir=runs_dir)
+        return memory_line.memory_html(spec, values["model"],
+                                       parent_run(values["parent"], runs_dir))  # fmt: skip
     except (SettingsError, ValueError, TypeError, KeyError, OSError):
         return ""
 
 
 def start(
     mapped: dragon.Dataset | None, model: ResolvedModel, method: str, parent: str | None,
-    name: str | None, beta: float | None, rewards: list[Reward] | None, *values: Any,
-    runs_dir: Path, profile: Profile | None = None,
+    name: str | None, beta: float | None, rewards: list[Reward] | None, settings: Settings,
+    *, runs_dir: Path, profile: Profile | None = None,
 ) -> tuple[Any, ...]:  # fmt: skip
     """Start -> (selected run, what started, code, error box). Returns once the run is queued."""
     try:
@@ -250,7 +265,7 @@ def start(
         # The cap is checked again as the job is queued; asking first leaves no run folder.
         if profile and (over := queue_panel.cap_refusal(profile, runs_dir)):
             raise RuntimeError(over)
-        spec = read_spec(mapped, model, method, parent, name, beta, rewards, values, runs_dir)
+        spec = read_spec(mapped, model, method, parent, name, beta, rewards, settings, runs_dir)
         run = dragon.start(spec, runs_dir=runs_dir)
     except START_ERRORS as e:
         gr.Warning(html.escape(str(e)))
@@ -259,12 +274,13 @@ def start(
     return str(run.dir), started, present.portable_code(dragon.code(run)), ""
 
 
-def checked_spec(*values: Any, runs_dir: Path, profile: Profile | None = None) -> dragon.RunSpec:
-    """Start's input values -> the RunSpec it would start, rewards checked against the profile
-    (what "Run elsewhere" bundles)."""
-    mapped, model, method, parent, name, beta, rewards, *settings = values
-    check_rewards_allowed(rewards, profile)
-    return read_spec(mapped, model, method, parent, name, beta, rewards, settings, runs_dir)
+def checked_spec(
+    *, runs_dir: Path, profile: Profile | None = None, **values: Any
+) -> dragon.RunSpec:
+    """Start's input values, by name, -> the RunSpec it would start, rewards checked against
+    the profile (what "Run elsewhere" bundles)."""
+    check_rewards_allowed(values["rewards"], profile)
+    return read_spec(**values, runs_dir=runs_dir)
 
 
 def offer_monitor(error: str | None) -> Any:
@@ -323,19 +339,19 @@ def build(ctx: AppContext) -> None:
     fits = dragon.recommended(train_defaults.target(ctx.model.value, None, ctx.runs_dir))
     recommended = gr.HTML(train_defaults.note_html(fits, "sft"), elem_id="train-recommended")
     with gr.Group(visible=False) as prefer_box:
-        (beta,) = settings_widgets(PreferenceArgs)
+        beta = settings_fields(PreferenceArgs)["beta"]
         with gr.Group(visible=False) as dpo_box:
-            dpo_widgets = settings_widgets(DpoArgs, only=DPO_OWN)
+            dpo_widgets = settings_fields(DpoArgs, only=DPO_OWN)
     with gr.Group(visible=False) as grpo_box:
-        rl_widgets = settings_widgets(ReinforceArgs)
+        rl_widgets = settings_fields(ReinforceArgs)
         builder = build_rewards(ctx.profile)
     with gr.Accordion("Training", open=True):
-        args_widgets = settings_widgets(TrainArgs, fits.args)
+        args_widgets = settings_fields(TrainArgs, fits.args)
     with gr.Accordion("LoRA adapter", open=False):
-        lora_widgets = settings_widgets(Lora, fits.lora)
+        lora_widgets = settings_fields(Lora, fits.lora)
     with gr.Accordion("Hardware", open=False):
-        hardware_widgets = settings_widgets(Hardware)
-        offer_devices(hardware_widgets)
+        hardware_widgets = settings_fields(Hardware)
+        offer_devices(list(hardware_widgets.values()))
     memory_box = gr.HTML(elem_id="train-memory")  # the preflight estimate, as settings change
     with gr.Row():
         go = gr.Button("Start training", variant="primary", elem_id="train-start", scale=2)
@@ -358,48 +374,56 @@ def build(ctx: AppContext) -> None:
     previewed = gr.State(None)  # the code the last preview showed
     following = gr.State((train_defaults.target(ctx.model.value, None, ctx.runs_dir), "sft"))
 
-    # The order `read_spec` reads them in: Lora, TrainArgs, Hardware, GRPO's ReinforceArgs, DPO's.
-    values = [*lora_widgets, *args_widgets, *hardware_widgets, *rl_widgets, *dpo_widgets]
-    inputs = [ctx.mapped, ctx.model, method, parent, name, beta, builder.rewards, *values]
+    settings = {"Lora": lora_widgets, "TrainArgs": args_widgets, "Hardware": hardware_widgets,
+                "ReinforceArgs": rl_widgets, "DpoArgs": dpo_widgets}  # fmt: skip
+    form = {"mapped": ctx.mapped, "model": ctx.model, "method": method, "parent": parent,
+            "name": name, "beta": beta, "rewards": builder.rewards, "settings": settings}  # fmt: skip
+    inputs = named.inputs(form)
     go.click(
-        partial(start, runs_dir=ctx.runs_dir, profile=ctx.profile),
+        named.handler(partial(start, runs_dir=ctx.runs_dir, profile=ctx.profile), form),
         inputs,
         [ctx.run, started, code, error],
     ).then(offer_monitor, error, to_monitor)
     if ctx.tabs is not None:
         to_monitor.click(open_monitor, None, ctx.tabs)
     checked = partial(checked_spec, profile=ctx.profile)
-    remote_panel.wire_elsewhere(ctx, elsewhere, elsewhere_shown, inputs, code, checked)
+    remote_panel.wire_elsewhere(ctx, elsewhere, elsewhere_shown, form, code, checked)
+    changes = [w.change for w in named.components(form)]
     gr.on(
-        [w.change for w in inputs],  # type: ignore[attr-defined]  # every input has .change
-        partial(preview_changed, runs_dir=ctx.runs_dir),
-        [previewed, *inputs],
+        changes,
+        named.handler(
+            partial(preview_changed, runs_dir=ctx.runs_dir), {"previewed": previewed, **form}
+        ),  # fmt: skip
+        named.inputs({"previewed": previewed, **form}),
         [code, error, previewed],
         trigger_mode="always_last",
         show_progress="hidden",
     )
     gr.on(
-        [w.change for w in inputs],  # type: ignore[attr-defined]  # every input has .change
-        partial(memory, runs_dir=ctx.runs_dir),
+        changes,
+        named.handler(partial(memory, runs_dir=ctx.runs_dir), form),
         inputs,
         memory_box,
         trigger_mode="always_last",
         show_progress="hidden",
     )
     method.change(train_defaults.method_boxes, method, [prefer_box, dpo_box, grpo_box])
-    followed = [*lora_widgets, *args_widgets]  # train_defaults.FOLLOWED's order
+    followed = {"Lora": lora_widgets, "TrainArgs": args_widgets}  # train_defaults.FOLLOWED
+    follow = {"seen": following, "model": ctx.model, "method": method, "parent": parent,
+              "values": followed}  # fmt: skip
     gr.on(
         [method.change, ctx.model.change, parent.change],
-        partial(train_defaults.follow, runs_dir=ctx.runs_dir),
-        [following, ctx.model, method, parent, *followed],
-        [*followed, recommended, following],
+        named.handler(partial(train_defaults.follow, runs_dir=ctx.runs_dir), follow),
+        named.inputs(follow),
+        [*train_defaults.followed_widgets(followed), recommended, following],
     )
     gr.on([method.change, ctx.mapped.change], kind_note, [method, ctx.mapped], note)
-    dry_inputs = [ctx.mapped, ctx.model, parent, builder.rewards, *rl_widgets]
+    dry = {"mapped": ctx.mapped, "model": ctx.model, "parent": parent,
+           "rewards": builder.rewards, "reinforce": rl_widgets}  # fmt: skip
     assert builder.dry_run is not None  # built with its dry run
     builder.dry_run.click(
-        partial(dry_run, runs_dir=ctx.runs_dir, profile=ctx.profile),
-        dry_inputs,
+        named.handler(partial(dry_run, runs_dir=ctx.runs_dir, profile=ctx.profile), dry),
+        named.inputs(dry),
         builder.dry_outputs,
     )
     ctx.model.change(describe_model, ctx.model, model_text)
