@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dragonfarm_core.method_args import preference_args
+from dragonfarm_core.method_args import DpoArgs, preference_args
 from dragonfarm_core.methods import METHODS as TABLE
 from dragonfarm_core.rundir.run import Run
 from dragonfarm_core.settings import Hardware, Lora, TrainArgs
@@ -31,16 +31,16 @@ def prefer(
     dataset: Any,
     model: Any,
     method: str = "dpo",
-    beta: float = 0.1,
-    loss_type: str = "sigmoid",
-    label_smoothing: float = 0.0,
+    beta: float = DpoArgs.beta,  # the defaults are the method args' own (method_args.py)
+    loss_type: str = DpoArgs.loss_type,
+    label_smoothing: float = DpoArgs.label_smoothing,
     lora: Lora | None = None,
     args: TrainArgs | None = None,
     hardware: Hardware = DEFAULT_HARDWARE,
     name: str | None = None,
     run_dir: str | os.PathLike[str] | None = None,
     runs_dir: str | os.PathLike[str] | None = None,
-    n_samples: int = 10,
+    n_samples: int = RunSpec.n_samples,
     revision: str | None = None,
     trust_remote_code: bool = False,
     wait: bool = False,

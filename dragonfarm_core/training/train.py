@@ -52,7 +52,7 @@ def train(
     name: str | None = None,
     run_dir: str | os.PathLike[str] | None = None,
     runs_dir: str | os.PathLike[str] | None = None,
-    n_samples: int = 10,
+    n_samples: int = RunSpec.n_samples,
     revision: str | None = None,
     trust_remote_code: bool = False,
     wait: bool = False,
