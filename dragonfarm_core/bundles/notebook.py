@@ -17,7 +17,7 @@ from dragonfarm_core.bundles.results_check import RESULT_FILES
 
 def template_path() -> Path:
     """The notebook template, kept with the other assets (like the bundled model)."""
-    return Path(__file__).resolve().parent.parent / "assets" / "remote" / "dragonfarm.ipynb"
+    return Path(__file__).resolve().parents[2] / "assets" / "remote" / "dragonfarm.ipynb"
 
 
 def notebook_text(run_id: str, bundle_name: str) -> str:
