@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the tests need, type-check, check the import contracts, then run every test tier:
 #   bash scripts/test.sh            (extra arguments go to pytest, e.g. -m "not slow")
-# Plain `python -m pytest` is the fast tier only (pyproject.toml leaves out the tests marked slow,
+# Plain pytest is the fast tier only (pyproject.toml leaves out the tests marked slow,
 # browser and gguf); this script runs them all (-m "") and prints the 25 slowest tests.
 # mypy checks what pyproject.toml's [tool.mypy] names (dragonfarm_core, ui, app.py), and
 # lint-imports the contracts of [tool.importlinter] (imports go one way); either failing stops

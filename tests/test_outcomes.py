@@ -2,7 +2,15 @@
 than the benchmark reports (slow: minutes on a CPU). The judged stage (DPO on pairs a judge
 ranked from the SFT run's own samples, judged against that SFT run) runs with the benchmark's
 own settings and seed: its samples are seeded, and with these settings it won more than it
-lost on each of four seeds (bench/outcomes.py's `judged`)."""
+lost on each of four seeds (bench/outcomes.py's `judged`).
+
+The trainers here run on one thread (OMP_NUM_THREADS=1). Left to choose, a trainer takes the
+cores that are idle when it starts (rundir/threads.py), and one thread or two sum in another
+order: the same seed then trains another SFT run and samples other pairs. On 2026-12-07 the
+judged stage gave 8W 8T 4L (167 pairs, house style 8.5 -> 8.8) on one thread, in two runs of
+the code before and after the layout change (each trainer had chosen one thread), while CI had
+drawn 7W 5T 8L (164 pairs, 8.3 -> 8.1) from the same seed and code, on a machine where nothing
+else ran and a trainer takes both cores."""
 
 from __future__ import annotations
 
@@ -19,11 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def outcomes():
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OMP_NUM_THREADS", "1")  # the same sums on a busy or an idle machine (above)
     spec = importlib.util.spec_from_file_location("outcomes", ROOT / "bench" / "outcomes.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     yield module
     dragon.worker_stop()
+    mp.undo()
 
 
 @pytest.fixture(scope="module")

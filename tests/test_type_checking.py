@@ -27,3 +27,21 @@ def test_pre_commit_runs_mypy_on_the_configured_packages() -> None:
     config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text("utf-8"))
     hooks = {h["id"]: h for repo in config["repos"] for h in repo["hooks"]}
     assert hooks["mypy"]["entry"] == "mypy" and hooks["mypy"]["pass_filenames"] is False
+
+
+def test_the_test_command_checks_the_import_layers_then_runs_every_tier() -> None:
+    script = (ROOT / "scripts" / "test.sh").read_text("utf-8")
+    assert script.index("lint-imports") < script.index("python -m pytest")
+    assert 'python -m pytest -m ""' in script  # pyproject's addopts leave slow/browser/gguf out
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
+    assert config["tool"]["importlinter"]["contracts"], "lint-imports needs its contracts"
+    assert (
+        "not slow and not browser and not gguf"
+        in config["tool"]["pytest"]["ini_options"]["addopts"]
+    )
+
+
+def test_pre_commit_runs_the_import_layers() -> None:
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text("utf-8"))
+    hooks = {h["id"]: h for repo in config["repos"] for h in repo["hooks"]}
+    assert hooks["lint-imports"]["entry"] == "lint-imports"

@@ -45,6 +45,12 @@ class App:
             dep = next(d for d in deps if d.get("trigger_after") == dep["id"])
         return dep["api_name"]
 
+    def labels(self, api_name: str) -> list[str]:
+        """The labels of what `api_name` takes, in the order its data goes (states left out)."""
+        dep = next(d for d in self.config["dependencies"] if d["api_name"] == api_name)
+        by_id = {c["id"]: c for c in self.config["components"]}
+        return [by_id[i]["props"].get("label") for i in dep["inputs"] if self.types[i] != "state"]
+
     def call(self, api_name: str, *data: Any) -> tuple[str, str]:
         """POST the inputs (session states excluded), then read the result -> (event, data)."""
         posted = httpx.post(f"{self.base}/gradio_api/call/{api_name}", json={"data": list(data)},
@@ -132,9 +138,14 @@ def test_evaluate_and_chat_endpoints_refuse_a_run_outside(served, how):
     ref = scene.refs(scene.done)[how]
     event, output = app.call(app.endpoint("evaluate-go", "click"), ref, ["exact"], "", 1, False)
     assert event == "complete" and REFUSED in output
-    # Send: the message, then the setup widgets (the session and the model are states).
-    setup = ["run", "server", "http://127.0.0.1:9/v1", "m", "", "", "", "", 64, 0.7, 0.9, 0]
-    event, output = app.call(app.endpoint("chat-send", "click"), "hello", ref, *setup)
+    # Send reads its widgets by name, so its data goes in the order of its inputs' labels.
+    setup = {"Message": "hello", "Talk to": ref, "Answer with": "run", "Backend": "server",
+             "Server URL": "http://127.0.0.1:9/v1", "Model": "m", "API key (kept in memory only)": "",
+             "Ollama model": "", "Ollama URL": "", "System prompt": "", "Max new tokens": 64,
+             "Temperature (0: greedy)": 0.7, "Top-p": 0.9, "Context window (tokens; 0: none)": 0}  # fmt: skip
+    send = app.endpoint("chat-send", "click")
+    assert sorted(app.labels(send)) == sorted(setup)
+    event, output = app.call(send, *(setup[label] for label in app.labels(send)))
     assert event == "complete" and REFUSED in output
     assert scene.untouched() == before
 
