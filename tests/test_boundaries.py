@@ -31,6 +31,7 @@ print("HEAVY:" + ",".join(heavy))
 """
 
 
+@pytest.mark.slow
 def test_app_and_public_api_never_import_heavy_libraries():
     done = subprocess.run(
         [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=300
@@ -40,6 +41,7 @@ def test_app_and_public_api_never_import_heavy_libraries():
     assert line == "HEAVY:", f"the app imported {line[6:]}"
 
 
+@pytest.mark.slow
 def test_the_import_contract_holds():
     found = violations(Tree.read())
     assert not found, "\n".join(found)

@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from dragonfarm_core import environment
 from dragonfarm_core.environment import _device, check, format_check
 
@@ -38,6 +40,7 @@ def test_check_reports_facts_and_never_the_token(tmp_path, monkeypatch, capsys):
     assert "Training device: cpu" in format_check(facts)
 
 
+@pytest.mark.slow
 def test_check_never_imports_torch_in_this_process():
     code = (
         "import sys; from dragonfarm_core.environment import check; "
@@ -53,6 +56,7 @@ def test_check_never_imports_torch_in_this_process():
     assert done.stdout.strip().splitlines()[-1] == "False", done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_cli_check_json(tmp_path):
     done = subprocess.run(
         [

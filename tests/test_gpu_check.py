@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # The sections, in the order they run.
 SECTIONS = ["check", "sft_bundled", "sft_qwen", "dpo", "grpo", "qlora", "worker", "merge"]
@@ -38,6 +40,7 @@ def errors(value: Any, at: str = "") -> list[str]:
     return []
 
 
+@pytest.mark.slow
 def test_smoke_runs_every_section_and_records_figures_or_why_not(tmp_path):
     out = tmp_path / "gpu_check.json"
     done = subprocess.run(

@@ -54,6 +54,7 @@ def test_the_file_holds_salted_hashes_never_the_password(path: Path):
     assert users.is_admin(path, "alice") and not users.is_admin(path, "bob")
 
 
+@pytest.mark.slow
 def test_verify_takes_only_the_right_password_of_a_known_user(path: Path):
     users.add_user(path, "alice", PASSWORD)
     assert users.verify(path, "alice", PASSWORD)
@@ -85,6 +86,7 @@ def test_duplicates_short_passwords_and_unknown_removals_are_refused(path: Path)
         users.remove_user(path, "bob")
 
 
+@pytest.mark.slow
 def test_concurrent_adds_lose_nobody(path: Path):
     names = [f"user{i}" for i in range(6)]
     threads = [threading.Thread(target=users.add_user, args=(path, n, PASSWORD)) for n in names]
@@ -177,6 +179,7 @@ def test_a_session_token_expires_and_ends_with_its_user():
     assert tokens.get("never-issued") is None and len(tokens) == 0
 
 
+@pytest.mark.slow
 def test_users_commands_through_the_real_cli(tmp_path: Path):
     root = tmp_path / "lab"
     added = cli("users", "add", "alice", "--admin", "--password-stdin", "--lab-root", str(root),

@@ -153,6 +153,7 @@ def test_a_hub_model_stays_a_hub_id_and_parent_adapters_travel(tmp_path, monkeyp
     assert copies == [(Path("/runs/a/adapter"), "adapters/0")]
 
 
+@pytest.mark.slow
 def test_a_run_continued_from_an_imported_one_carries_its_adapter(tmp_path):
     parent = bundled_run(tmp_path / "runs")
     dragon.import_results(parent, write_zip(tmp_path / "r.zip", good_results(parent)))
@@ -184,6 +185,7 @@ def test_results_of_an_earlier_bundle_are_refused_after_bundling_again(tmp_path)
         dragon.import_results(run, earlier)
 
 
+@pytest.mark.slow
 def test_the_cli_packs_a_run_and_imports_its_results(tmp_path, capsys):
     run = bundled_run(tmp_path / "runs")
     assert cli.main(["pack", str(run.dir), "--provider", "kaggle"]) == 0

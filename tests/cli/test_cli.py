@@ -112,6 +112,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 # --- help ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_help_of_every_command_shows_its_defaults():
     top = cli("--help")
     assert top.returncode == 0
@@ -170,6 +171,7 @@ def test_the_installed_console_script_runs():
 # --- train -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_train_puts_the_flags_into_the_run_and_wait_exits_0(runs, data):
     done = cli("train", str(data["tickets"]), "--model", MODEL, *SFT, "--epochs", "2",
                "--lora-r", "8", "--learning-rate", "1e-3", "--device", "cpu",
@@ -199,6 +201,7 @@ def test_the_command_line_fills_what_no_flag_gives_from_the_recommendation(runs,
     assert args["epochs"] == fits.epochs and args["max_seq_len"] == fits.max_seq_len
 
 
+@pytest.mark.slow
 def test_train_without_wait_returns_and_the_run_goes_on(runs, data):
     done = cli("train", str(data["chats"]), "--conversations", "--model", MODEL,
                "--runs-dir", str(runs), FAKE_TRAINER_STEP_S="0.05")  # fmt: skip
@@ -211,6 +214,7 @@ def test_train_without_wait_returns_and_the_run_goes_on(runs, data):
     assert status.returncode == 0 and json.loads(status.stdout)["state"] == "succeeded"
 
 
+@pytest.mark.slow
 def test_wait_exits_1_when_the_run_fails(runs, data):
     done = cli("train", str(data["tickets"]), "--model", MODEL, *SFT, "--runs-dir", str(runs),
                "--wait", FAKE_TRAINER_FAIL_AT="2")  # fmt: skip
@@ -219,6 +223,7 @@ def test_wait_exits_1_when_the_run_fails(runs, data):
     assert launch.live_status(only_run(runs))["state"] == "failed"
 
 
+@pytest.mark.slow
 def test_pairs_train_dpo_with_its_own_defaults_and_beta(runs, data):
     done = cli("train", str(data["pairs"]), "--model", MODEL, "--prompt", "q", "--chosen", "good",
                "--rejected", "bad", "--beta", "0.2", "--loss-type", "ipo", "--runs-dir", str(runs),
@@ -242,6 +247,7 @@ def test_a_loss_type_of_another_method_is_refused_naming_the_flag(runs, data):
     assert not runs.exists() or not list(runs.iterdir())  # nothing written
 
 
+@pytest.mark.slow
 def test_grpo_rewards_come_from_reward_flags(runs, data):
     done = cli("train", str(data["prompts"]), "--model", MODEL, "--prompt", "q",
                "--reference", "answer", "--reward", "regex:pattern=^\\d{1,3}$,weight=2",
@@ -310,6 +316,7 @@ def test_bad_data_model_or_rewards_exit_2(runs, data, argv, named):
 # --- runs, status, cancel, resume ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_runs_status_cancel_and_resume_a_run(runs, data):
     slow = {
         "FAKE_TRAINER_STEPS": "40",
@@ -344,6 +351,7 @@ def test_runs_status_cancel_and_resume_a_run(runs, data):
     assert refused.returncode == 2 and "already succeeded" in refused.stderr
 
 
+@pytest.mark.slow
 def test_runs_dir_defaults_to_the_environment_then_dragonfarm_runs(runs, tmp_path):
     assert "No runs in" in cli("runs", DRAGONFARM_RUNS_DIR=str(runs)).stdout
     assert str(runs) in cli("runs", DRAGONFARM_RUNS_DIR=str(runs)).stdout
@@ -355,6 +363,7 @@ def test_runs_dir_defaults_to_the_environment_then_dragonfarm_runs(runs, tmp_pat
 # --- generate and chat -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_generate_prints_replies_from_a_model_or_a_run_and_train_continues_a_run(
     runs, data, tmp_path
 ):
@@ -408,6 +417,7 @@ def test_chat_streams_replies_and_obeys_its_commands(runs):
     assert "never sent" not in out
 
 
+@pytest.mark.slow
 def test_chat_ends_at_end_of_input(runs):
     done = cli("chat", MODEL, "--runs-dir", str(runs), input="only line\n/up\n")
     assert done.returncode == 0, done.stderr
@@ -419,6 +429,7 @@ def test_chat_ends_at_end_of_input(runs):
 # --- build-llama-cpp -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_build_llama_cpp_reuses_a_complete_build_and_says_why_it_cannot_build(tmp_path):
     """`dragonfarm build-llama-cpp`: the build a pip install has (no scripts/ needed). A complete
     cache is reused at once; a source that is not the pinned one is refused, exit 1."""

@@ -70,6 +70,7 @@ def test_a_hub_dataset_is_fetched_and_its_code_fetches_it_again(hub, tmp_path: P
     assert any("/resolve/" in path and path.endswith("/train.csv") for _, path in hub.requests)
 
 
+@pytest.mark.slow
 def test_a_missing_hub_dataset_or_no_network_says_so_and_offers_a_file(hub, tmp_path: Path):
     missing = from_hub(hub.url, tmp_path / "hf", "shop/nothing-here")
     offline = from_hub(hub.url, tmp_path / "hf2", "shop/tickets", offline=True)

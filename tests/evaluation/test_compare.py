@@ -92,6 +92,7 @@ def _root(farm: dict[str, dragon.Run]) -> Path:
     return farm["sft"].dir.parent
 
 
+@pytest.mark.slow
 def test_every_run_oldest_first_with_what_it_is(farm):
     table = dragon.compare(runs_dir=_root(farm))
     assert list(table["id"]) == [farm[k].id for k in ("sft", "dpo", "grpo", "failed")]

@@ -136,6 +136,7 @@ def test_refusals_name_the_run_and_what_to_do(tmp_path):
         evaluate(finished_run(tmp_path / "c", results=SFT_RESULTS), n_samples=-1)
 
 
+@pytest.mark.slow
 def test_a_failed_recompute_raises_with_the_log_tail(tmp_path):
     run_dir = finished_run(tmp_path, results=SFT_RESULTS)
     files.adapter_dir(run_dir).mkdir()  # an adapter folder with nothing in it
@@ -205,6 +206,7 @@ def test_an_evaluation_is_a_full_read_only_mapping(tmp_path):
     assert ev.pref_accuracy == 0.9 == ev["pref_accuracy"] and ev == ev
 
 
+@pytest.mark.slow
 def test_a_backtracking_regex_metric_is_refused_without_freezing_the_process(tmp_path):
     """Run where it would hang if the search ran in the process (re holds the GIL): a child
     Python under a deadline, whose other thread must keep running meanwhile."""

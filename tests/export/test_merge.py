@@ -144,6 +144,7 @@ def test_an_earlier_merge_is_replaced_only_once_the_new_one_is_complete(tmp_path
     assert export.leftovers(dest) == []
 
 
+@pytest.mark.slow
 def test_a_failed_merge_job_raises_with_the_log_tail_and_keeps_the_earlier_merge(tmp_path):
     run_dir = fake_run(tmp_path)  # its base is /nowhere: the job fails loading it
     dest = export.default_out_dir(run_dir)

@@ -87,6 +87,7 @@ def sample(local, seed):
     return generate(BUNDLED, PROMPTS, max_new_tokens=24, temperature=1.0, seed=seed, backend=local)
 
 
+@pytest.mark.slow
 def test_the_real_worker_repeats_samples_for_a_seed_and_not_across_seeds(local):
     first = sample(local, 7)
     assert sample(local, 7) == first

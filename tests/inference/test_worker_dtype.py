@@ -112,6 +112,7 @@ def test_under_auto_the_merged_run_gets_float16_copies_and_answers_as_in_float32
     assert not hasattr(next(iter(plain.held.values()))[0], worker_step.ROW_COPIES)
 
 
+@pytest.mark.slow
 def test_the_worker_compiles_chats_step_after_the_load_and_answers_the_same(
     tiny_run, tiny_model, monkeypatch
 ):

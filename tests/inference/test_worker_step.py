@@ -240,6 +240,7 @@ def test_row_copies_are_only_for_a_bfloat16_or_float32_model_on_a_cpu_within_the
 
 
 @pytest.mark.parametrize("make", [qwen2, llama3_scaled], ids=["qwen2", "llama3-rope-scaling"])
+@pytest.mark.slow
 def test_the_compiled_one_row_step_decodes_what_the_step_decodes(make):
     """warm_compiled compiles the one-row step on the float16 copies for every reply length at
     once: replies of two lengths afterwards (in inference mode, as the worker decodes) compile

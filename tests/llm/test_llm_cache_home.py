@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from judge_runs import make_run, sft_row
 from llm_fakes import FakeOpenAI
 
@@ -69,6 +70,7 @@ def session(url: str, runs: Path, run: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_second_session_with_the_same_runs_dir_asks_nothing_again(tmp_path):
     runs = tmp_path / "my-runs"
     run = make_run(runs, "tuned", [sft_row(i) for i in range(2)])

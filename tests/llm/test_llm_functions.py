@@ -135,6 +135,7 @@ def test_reply_equality_is_the_texts_and_every_field_survives_a_copy():
 
 
 @pytest.mark.parametrize("kind", SERVERS)
+@pytest.mark.slow
 def test_429_is_retried_after_the_retry_after_wait(kind, monkeypatch):
     script = [{"status": 429, "headers": {"retry-after": "1"}}]
     with SERVERS[kind](script) as server:
@@ -195,6 +196,7 @@ def test_no_key_says_where_to_put_one():
 
 @pytest.mark.parametrize("kind", SERVERS)
 @pytest.mark.parametrize("max_active", [1, 3])
+@pytest.mark.slow
 def test_max_active_bounds_requests_in_flight(kind, max_active, monkeypatch):
     with SERVERS[kind](delay=0.15) as server:
         f = make(kind, server, monkeypatch, max_active=max_active, cache=False)

@@ -35,6 +35,7 @@ def scoring(prompt: str) -> dict:
     return {"text": json.dumps({"score": 7 if "echo: question" in prompt else 1, "rationale": "r"})}
 
 
+@pytest.mark.slow
 def test_a_judge_job_runs_in_a_child_and_its_result_is_the_judgement(llm_runs_dir, echo_worker):
     run = make_run(llm_runs_dir, "sft", [sft_row(i) for i in range(5)])
     with FakeAnthropic(answer=scoring) as server:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from dragonfarm_core.cli import commands as cli
 from dragonfarm_core.rundir import files
@@ -27,6 +28,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_a_yaml_file_runs_its_pipeline_and_pipeline_status_prints_the_record(
     runs_root, model_dir, tickets_csv, capsys
 ):

@@ -35,6 +35,7 @@ def _training(p, wait_for, index=0):
     return dragon.open_run(pipeline_record.read(p.path)["steps"][index]["run_dir"])
 
 
+@pytest.mark.slow
 def test_cancel_between_steps_lets_a_judge_step_finish(runs_root, model_dir, sft_data,
                                                        pairs_data, backend):  # fmt: skip
     asked = []
@@ -60,6 +61,7 @@ def test_cancel_between_steps_lets_a_judge_step_finish(runs_root, model_dir, sft
     assert again.status()["status"] == "succeeded" and len(again.runs) == 2
 
 
+@pytest.mark.slow
 def test_a_background_pipeline_cancelled_during_training_then_resumed_from_its_checkpoint(
     runs_root, model_dir, sft_data, pairs_data, slow_trainer, wait_for
 ):
@@ -87,6 +89,7 @@ def test_a_background_pipeline_cancelled_during_training_then_resumed_from_its_c
     assert run.state == "succeeded" and run.progress()["step"].is_unique  # no step twice
 
 
+@pytest.mark.slow
 def test_a_killed_runner_is_reported_failed_with_its_log_tail_and_resumed(
     runs_root, model_dir, sft_data, pairs_data, slow_trainer, wait_for
 ):
@@ -109,6 +112,7 @@ def test_a_killed_runner_is_reported_failed_with_its_log_tail_and_resumed(
     assert p.runs[1].config["continued_from"] == str(run.dir)
 
 
+@pytest.mark.slow
 def test_a_pipeline_that_does_not_stop_is_killed_after_the_timeout(
     runs_root, model_dir, sft_data, slow_trainer, monkeypatch, wait_for
 ):

@@ -28,6 +28,7 @@ def snapshots(monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore:Run .* held no rows out")  # 5 pairs: too few to split
+@pytest.mark.slow
 def test_train_synthesize_prefer_judge_chain_and_the_record_after_each_step(
     runs_root, model_dir, sft_data, backend, snapshots
 ):
@@ -74,6 +75,7 @@ def test_train_synthesize_prefer_judge_chain_and_the_record_after_each_step(
 
 
 @pytest.mark.filterwarnings("ignore:Run .* held no rows out")
+@pytest.mark.slow
 def test_the_steps_judge_keeps_its_answers_in_the_pipelines_runs_dir(
     runs_root, model_dir, sft_data, backend
 ):

@@ -87,6 +87,7 @@ def test_an_old_record_makes_the_same_steps_again(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:Run .* held no rows out")
+@pytest.mark.slow
 def test_an_old_record_resumes_and_its_steps_train_what_it_declares(tmp_path, runs_root):
     path = old_record(tmp_path)
     record = dragon.pipeline_status(path)

@@ -86,6 +86,7 @@ def test_a_program_that_never_exits_is_killed_at_the_timeout():
     assert time.monotonic() - start < 5
 
 
+@pytest.mark.slow
 def test_a_grandchild_holding_stdout_is_killed_with_the_group(tmp_path):
     pid_file = tmp_path / "pid"
     start = time.monotonic()

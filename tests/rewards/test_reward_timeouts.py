@@ -42,6 +42,7 @@ def scene(tmp_path_factory) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_the_app_answers_while_a_dry_run_scores_a_backtracking_pattern(scene):
     assert scene["page_status"] == 200
     assert scene["dry_run_still_going"], "the page answered only once the dry run was over"

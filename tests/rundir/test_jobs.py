@@ -115,6 +115,7 @@ def test_a_job_that_ignores_the_request_is_killed_with_its_whole_group(job, wait
     assert any("killing its process group" in line for line in job.logs())
 
 
+@pytest.mark.slow
 def test_a_device_job_waits_for_its_turn_and_a_job_without_a_device_does_not(tmp_path, wait_for):
     device = f"test-device-{uuid.uuid4().hex[:8]}"  # this test's own queue key
     first, second, free = (jobs.open_job(tmp_path / name) for name in ("first", "second", "free"))
@@ -132,6 +133,7 @@ def test_a_device_job_waits_for_its_turn_and_a_job_without_a_device_does_not(tmp
     assert "queue" not in files.read_status(free.dir)
 
 
+@pytest.mark.slow
 def test_a_queued_job_can_be_cancelled_while_it_waits(tmp_path, wait_for):
     device = f"test-device-{uuid.uuid4().hex[:8]}"
     first, second = jobs.open_job(tmp_path / "a"), jobs.open_job(tmp_path / "b")
@@ -191,6 +193,7 @@ def test_a_run_with_a_job_in_progress_is_not_started_moved_or_deleted_blind(
     assert not run_dir.exists() and job.state is None
 
 
+@pytest.mark.slow
 def test_one_job_of_a_kind_per_run_with_the_runs_log_naming_it(tmp_path, wait_for):
     run_dir = tmp_path / "run"
     run_dir.mkdir()

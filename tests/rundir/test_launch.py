@@ -19,6 +19,7 @@ from dragonfarm_core.training.train import train
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_train_returns_at_once_and_the_run_succeeds(runs_root, sft_data, model_dir, monkeypatch):
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.1")
     run = train(sft_data, str(model_dir), runs_dir=runs_root)
@@ -54,6 +55,7 @@ launch.start_run(sys.argv[1])
 """
 
 
+@pytest.mark.slow
 def test_the_run_outlives_the_process_that_started_it(
     runs_root, sft_data, model_dir, monkeypatch, wait_for
 ):
@@ -90,6 +92,7 @@ def test_a_killed_trainer_is_reported_failed_with_the_log_tail(
         run.wait(poll=0.05)
 
 
+@pytest.mark.slow
 def test_cancel_stops_after_the_current_step(runs_root, sft_data, model_dir, monkeypatch, wait_for):
     monkeypatch.setenv("FAKE_TRAINER_STEPS", "500")
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.05")
@@ -103,6 +106,7 @@ def test_cancel_stops_after_the_current_step(runs_root, sft_data, model_dir, mon
     assert not files.cancel_requested(run.dir)
 
 
+@pytest.mark.slow
 def test_cancel_kills_the_group_of_a_trainer_that_does_not_stop(
     runs_root, sft_data, model_dir, monkeypatch, wait_for
 ):

@@ -61,6 +61,7 @@ def test_the_queue_lives_in_the_users_cache_folder(monkeypatch):
 
 
 @not_on_apple
+@pytest.mark.slow
 def test_cpu_and_auto_runs_of_two_runs_dirs_take_turns_in_submission_order(
     runs_root, tmp_path, sft_data, model_dir, monkeypatch, no_gpu
 ):
@@ -93,6 +94,7 @@ print(train(ds, sys.argv[2], runs_dir=sys.argv[3]).dir)
 
 
 @not_on_apple
+@pytest.mark.slow
 def test_a_run_another_python_session_submits_waits_for_this_sessions_run(
     runs_root, tmp_path, sft_data, model_dir, monkeypatch, wait_for, no_gpu
 ):

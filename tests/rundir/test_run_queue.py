@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from queue_watch import watch_runs
 
 from dragonfarm_core.rundir import files, launch
@@ -19,6 +20,7 @@ from dragonfarm_core.training.train import train
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_runs_wait_their_turn_in_submission_order(runs_root, sft_data, model_dir, monkeypatch):
     monkeypatch.setenv("FAKE_TRAINER_STEPS", "4")
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.1")
@@ -31,6 +33,7 @@ def test_runs_wait_their_turn_in_submission_order(runs_root, sft_data, model_dir
     assert any("waiting in queue" in line for line in runs[2].logs())
 
 
+@pytest.mark.slow
 def test_max_concurrent_lets_two_run_at_once(runs_root, sft_data, model_dir, monkeypatch):
     monkeypatch.setenv("DRAGONFARM_MAX_CONCURRENT", "2")
     monkeypatch.setenv("FAKE_TRAINER_STEPS", "6")
@@ -40,6 +43,7 @@ def test_max_concurrent_lets_two_run_at_once(runs_root, sft_data, model_dir, mon
     assert most == 2 and order[-1] == runs[2].id
 
 
+@pytest.mark.slow
 def test_runs_on_different_devices_do_not_wait_for_each_other(
     runs_root, sft_data, model_dir, monkeypatch, wait_for
 ):
@@ -53,6 +57,7 @@ def test_runs_on_different_devices_do_not_wait_for_each_other(
     on_cpu.cancel(timeout=10)
 
 
+@pytest.mark.slow
 def test_a_queued_run_can_be_cancelled_while_it_waits(
     runs_root, sft_data, model_dir, monkeypatch, wait_for
 ):
@@ -99,6 +104,7 @@ def _python(code: str, *args: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_the_queue_survives_an_app_restart(runs_root, sft_data, model_dir, monkeypatch, wait_for):
     monkeypatch.setenv("FAKE_TRAINER_STEPS", "400")
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.05")

@@ -44,6 +44,7 @@ def test_the_real_mask_and_sample_give_a_usable_count():
     assert cores >= 1 and chosen is not None and 1 <= chosen <= cores
 
 
+@pytest.mark.slow
 def test_the_other_load_counts_other_processes_not_this_one():
     """What the worker's chat decode reads (OtherLoad): this process's own busy core is left
     out, another process's counts."""

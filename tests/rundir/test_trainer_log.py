@@ -8,6 +8,8 @@ import textwrap
 import warnings
 from pathlib import Path
 
+import pytest
+
 from dragonfarm_core.rundir import allocator, files, queue
 from dragonfarm_core.rundir.create import create_run
 from dragonfarm_core.rundir.launch import start_run
@@ -75,6 +77,7 @@ def main(run_dir):
 """
 
 
+@pytest.mark.slow
 def test_the_trainer_restarts_itself_on_a_fast_malloc_in_the_same_process(
     runs_root, sft_data, model_dir, tmp_path: Path, monkeypatch
 ):

@@ -10,6 +10,7 @@ from dragonfarm_core.training import train as training
 from dragonfarm_core.training.train import resume, train
 
 
+@pytest.mark.slow
 def test_training_on_top_of_a_finished_run(runs_root, sft_data, model_dir):
     first = train(sft_data, str(model_dir), runs_dir=runs_root, wait=True)
     second = train(sft_data, first, runs_dir=runs_root)
@@ -28,6 +29,7 @@ def test_training_on_an_unfinished_run_is_refused(runs_root, sft_data, model_dir
     busy.cancel(timeout=10)
 
 
+@pytest.mark.slow
 def test_resume_continues_a_cancelled_run_from_its_checkpoint(
     runs_root, sft_data, model_dir, monkeypatch, wait_for, capsys
 ):
@@ -45,6 +47,7 @@ def test_resume_continues_a_cancelled_run_from_its_checkpoint(
     assert any(line.startswith("Resuming from checkpoint-") for line in run.logs(100))
 
 
+@pytest.mark.slow
 def test_resume_without_a_checkpoint_starts_over(
     runs_root, sft_data, model_dir, monkeypatch, capsys
 ):
@@ -61,6 +64,7 @@ def test_resume_without_a_checkpoint_starts_over(
     assert status["state"] == "succeeded" and status["resumed_from"] is None
 
 
+@pytest.mark.slow
 def test_resume_refuses_active_and_succeeded_runs(runs_root, sft_data, model_dir, monkeypatch):
     done = train(sft_data, str(model_dir), runs_dir=runs_root, wait=True)
     with pytest.raises(RuntimeError, match="already succeeded.*model=run"):

@@ -21,11 +21,13 @@ def failed_run(runs_root, sft_data, model_dir, monkeypatch, **args):
     return run
 
 
+@pytest.mark.slow
 def test_a_run_that_did_not_fail_has_no_triage(runs_root, sft_data, model_dir):
     run = dragon.train(sft_data, str(model_dir), runs_dir=runs_root, wait=True)
     assert triage(run) is None
 
 
+@pytest.mark.slow
 def test_a_failed_run_with_a_checkpoint_is_offered_a_resume_that_finishes(
     runs_root, sft_data, model_dir, monkeypatch
 ):
@@ -37,6 +39,7 @@ def test_a_failed_run_with_a_checkpoint_is_offered_a_resume_that_finishes(
     assert resumed.dir == run.dir and resumed.status()["state"] == "succeeded"
 
 
+@pytest.mark.slow
 def test_out_of_memory_offers_smaller_batches_checkpointing_and_shorter_rows(
     runs_root, sft_data, model_dir, monkeypatch
 ):
@@ -57,6 +60,7 @@ def test_out_of_memory_offers_smaller_batches_checkpointing_and_shorter_rows(
     assert run.status()["state"] == "failed"  # the old run is left as it was
 
 
+@pytest.mark.slow
 def test_a_nan_loss_offers_a_tenth_of_the_learning_rate_and_float32(
     runs_root, sft_data, model_dir, monkeypatch
 ):
@@ -70,6 +74,7 @@ def test_a_nan_loss_offers_a_tenth_of_the_learning_rate_and_float32(
     assert new.config["hardware"]["dtype"] == "float32"
 
 
+@pytest.mark.slow
 def test_errors_the_trainer_cannot_tell_apart_are_read_from_the_error_text(
     runs_root, sft_data, model_dir, monkeypatch
 ):

@@ -3,6 +3,7 @@ kind in words, one button per fix, and a button that starts the fixed run and se
 
 from __future__ import annotations
 
+import pytest
 from test_triage import failed_run as failed
 
 import dragonfarm_core as dragon
@@ -10,6 +11,7 @@ from dragonfarm_core.rundir import files
 from ui import triage_panel
 
 
+@pytest.mark.slow
 def test_a_succeeded_run_or_none_shows_no_panel(runs_root, sft_data, model_dir):
     run = dragon.train(sft_data, str(model_dir), runs_dir=runs_root, wait=True)
     for picked in (None, str(run.dir)):
@@ -17,6 +19,7 @@ def test_a_succeeded_run_or_none_shows_no_panel(runs_root, sft_data, model_dir):
         assert text == "" and all(b["visible"] is False for b in buttons)
 
 
+@pytest.mark.slow
 def test_an_out_of_memory_run_offers_its_fixes_and_a_button_starts_one(
     runs_root, sft_data, model_dir, monkeypatch
 ):
@@ -33,6 +36,7 @@ def test_an_out_of_memory_run_offers_its_fixes_and_a_button_starts_one(
     assert new.wait(timeout=30).status()["state"] == "succeeded"
 
 
+@pytest.mark.slow
 def test_a_run_outside_the_runs_dir_shows_nothing_and_starts_nothing(
     runs_root, sft_data, model_dir, monkeypatch, tmp_path
 ):

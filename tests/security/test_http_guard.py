@@ -74,6 +74,7 @@ def test_a_name_from_the_environment_is_answered_to(app_server):
     assert upload(app_server.url, Host=host, Origin="https://env.example").status_code == 200
 
 
+@pytest.mark.slow
 def test_a_name_from_the_flag_is_answered_to(second_app):
     host = f"flag.example:{second_app.port}"
     assert httpx.get(second_app.url, headers={"Host": host}).status_code == 200

@@ -78,6 +78,7 @@ def run_judge_job(runs: Path, judge, canary: str, server: FakeAnthropic) -> None
     assert all(canary not in line for line in job.logs(500))
 
 
+@pytest.mark.slow
 def test_a_typed_key_goes_only_to_the_api(runs):
     with FakeAnthropic(answer=lambda p: {"text": '{"score": 6}'}, delay=0.5) as server:
         judge = dragon.judge_anthropic(api_key=TYPED, base_url=server.url)
@@ -87,6 +88,7 @@ def test_a_typed_key_goes_only_to_the_api(runs):
     assert record["api_key"] == "passed as an argument (not recorded)"
 
 
+@pytest.mark.slow
 def test_a_key_from_the_environment_goes_only_to_the_api(runs, monkeypatch):
     with FakeAnthropic(answer=lambda p: {"text": '{"score": 6}'}, delay=0.5) as server:
         monkeypatch.setenv("ANTHROPIC_API_KEY", FROM_ENV)
@@ -96,6 +98,7 @@ def test_a_key_from_the_environment_goes_only_to_the_api(runs, monkeypatch):
     assert record["api_key_env"] == "ANTHROPIC_API_KEY"  # named, never its value
 
 
+@pytest.mark.slow
 def test_a_key_in_an_error_message_is_scrubbed_from_the_log_and_status(runs):
     # A server that echoes what it was sent into its error (some proxies do).
     with FakeAnthropic(script=[{"status": 400}] * 4) as server:

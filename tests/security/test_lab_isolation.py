@@ -126,6 +126,7 @@ def handlers(app: gr.Blocks) -> list[Any]:
 
 
 @pytest.mark.parametrize("states", [False, True], ids=["fields", "fields+states"])
+@pytest.mark.slow
 def test_no_handler_shows_or_changes_another_users_runs(lab, states):
     app, scene, starts = lab
     before = snapshot(scene.bob)
@@ -145,6 +146,7 @@ def test_no_handler_shows_or_changes_another_users_runs(lab, states):
     assert starts == []
 
 
+@pytest.mark.slow
 def test_every_handler_refuses_a_caller_without_a_user(lab):
     app, scene, _ = lab
     before = snapshot(scene.bob)

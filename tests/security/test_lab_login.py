@@ -100,6 +100,7 @@ def upload(client: httpx.Client) -> httpx.Response:
     return client.post("/gradio_api/upload", files=[("files", ("note.txt", b"hello lab"))])
 
 
+@pytest.mark.slow
 def test_logged_out_gets_the_login_form_and_401_everywhere_else(lab):
     page = httpx.get(lab.url + "/")
     assert page.status_code == 200 and '<form id="login">' in page.text
@@ -167,6 +168,7 @@ def test_gradio_client_logs_in_and_calls_through_the_queue(lab):
         Client(lab.url, verbose=False)
 
 
+@pytest.mark.slow
 def test_wrong_passwords_lock_the_name_then_even_the_right_one_is_refused(lab):
     with httpx.Client(base_url=lab.url, timeout=30) as guesser:
         for _ in range(FREE_PER_NAME + 1):
@@ -210,12 +212,14 @@ def _wrong_from(url: str, address: str, name: str) -> int:
     return r.status_code
 
 
+@pytest.mark.slow
 def test_a_made_up_forwarded_address_does_not_walk_around_the_address_lock(guessed):
     answers = [_wrong_from(guessed.url, f"203.0.113.{i}", f"name{i}")
                for i in range(FREE_PER_ADDRESS + 2)]  # fmt: skip
     assert answers == [400] * (FREE_PER_ADDRESS + 1) + [429]
 
 
+@pytest.mark.slow
 def test_behind_a_named_proxy_each_forwarded_address_counts_for_itself(proxied_by_loopback):
     answers = [_wrong_from(proxied_by_loopback.url, f"203.0.113.{i}", f"name{i}")
                for i in range(FREE_PER_ADDRESS + 2)]  # fmt: skip
@@ -298,6 +302,7 @@ def _fn_index(client: httpx.Client, elem_id: str, event: str) -> int:
                 if [component, event] in [list(t) for t in d["targets"]])  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_session_and_its_uploads_belong_to_the_login_that_made_them(lab, tmp_path):
     from concurrent.futures import CancelledError
 

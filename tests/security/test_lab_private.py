@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from gradio_client import Client
 from served_apps import ROOT, free_port, wait_answering
 
@@ -28,6 +29,7 @@ def _modes(root: Path) -> dict[str, int]:
     return {str(p.relative_to(root)): stat.S_IMODE(p.lstat().st_mode) for p in paths}
 
 
+@pytest.mark.slow
 def test_the_lab_root_and_everything_made_in_it_are_private(tmp_path: Path):
     root = tmp_path / "lab"
     old = os.umask(0o022)  # what an older version, or the admin's shell, left behind

@@ -94,6 +94,7 @@ def check_each_sees_their_own(
                 assert REFUSED in theirs or "is gone" in theirs  # by path, by id
 
 
+@pytest.mark.slow
 def test_the_logged_in_user_is_who_the_handlers_serve(lab_profile):
     with serve(lab_profile) as (url, config):
 

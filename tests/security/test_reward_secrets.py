@@ -134,6 +134,7 @@ def _app(how: str, canaries: dict[str, str], report: Path) -> dict:
 
 
 @pytest.mark.parametrize("how", ["score", "test_rewards", "reaper"])
+@pytest.mark.slow
 def test_a_command_reward_finds_no_secret_in_any_process_it_can_read(tmp_path, canaries, how):
     report = tmp_path / "snoop.json"
     app = _app(how, canaries, report)
@@ -174,6 +175,7 @@ def test_hiding_the_environment_keeps_every_value_for_the_process_and_its_childr
     assert value == canaries["MY_SERVICE_PAT"] and child == canaries["HF_TOKEN"]
 
 
+@pytest.mark.slow
 def test_rewards_inside_the_trainer_find_no_secret(snoop_run, canaries, monkeypatch):
     for name, value in canaries.items():
         monkeypatch.setenv(name, value)  # the app's environment when it launches the run
@@ -216,6 +218,7 @@ open(sys.argv[1], "w").write(f"{daemon} {alone.pid}")
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a child subreaper is Linux's")
 @pytest.mark.parametrize("ends", ["exits", "times out"])
+@pytest.mark.slow
 def test_what_a_command_double_forks_or_setsids_is_gone_when_the_reward_returns(tmp_path, ends):
     pids_file = tmp_path / "pids"
     code = ESCAPE + ("import time; time.sleep(120)\n" if ends == "times out" else "")
@@ -230,6 +233,7 @@ def test_what_a_command_double_forks_or_setsids_is_gone_when_the_reward_returns(
     assert left == [], "killed and reaped before the reward returned"
 
 
+@pytest.mark.slow
 def test_a_helper_ends_when_its_caller_ends(tmp_path):
     code = (
         "import json, sys\n"

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import httpx
+import pytest
 from served_apps import free_port
 
 from dragonfarm_core.auth import upload_disk
@@ -50,6 +51,7 @@ def fresh_session_upload(url: str, size_mb: float) -> httpx.Response:
         return client.post("/gradio_api/upload", files=files(size_mb))
 
 
+@pytest.mark.slow
 def test_fresh_cookies_do_not_reset_the_total_uploads_may_take(tmp_path):
     runs = tmp_path / "runs"
     (runs / "uploads").mkdir(parents=True)
@@ -67,6 +69,7 @@ def test_fresh_cookies_do_not_reset_the_total_uploads_may_take(tmp_path):
     assert all(r.status_code == 413 for r in answers[codes.index(413) :])
 
 
+@pytest.mark.slow
 def test_gradio_cache_is_cleared_of_old_uploads(tmp_path, monkeypatch):
     monkeypatch.setattr(layout, "CACHE_CLEANING", (1, 1))  # every second, files over 1 s old
     with served(tmp_path / "runs") as (url, _):

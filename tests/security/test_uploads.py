@@ -113,6 +113,7 @@ def test_the_app_keeps_uploads_in_its_own_cache(app_server):
     assert Path(path).resolve().is_relative_to(cache)
 
 
+@pytest.mark.slow
 def test_an_app_does_not_serve_another_apps_upload(app_server, second_app):
     with session(second_app.url) as client:
         [theirs] = client.post("/gradio_api/upload", files=files(0.01)).json()

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 from gradio_client import Client
 
 from dragonfarm_core.auth import visitors
@@ -146,6 +147,7 @@ def _train_a_run(runs: Path, data: Path) -> str:
     return run.name
 
 
+@pytest.mark.slow
 def test_a_space_keeps_its_runs_on_data_across_a_restart(tmp_path: Path):
     data = tmp_path / "data"
     data.mkdir()
@@ -176,6 +178,7 @@ def test_a_space_keeps_its_runs_on_data_across_a_restart(tmp_path: Path):
             assert CANARY.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.slow
 def test_a_visitor_sees_and_changes_only_their_own_runs(tmp_path: Path):
     data = tmp_path / "data"
     data.mkdir()

@@ -94,6 +94,7 @@ def test_generation_sees_the_cut_prompt(tiny_model_dir, tokenizer, monkeypatch):
     assert len(replies) == 2 and widths and max(widths) <= evaluation.prompt_budget(128, 8)
 
 
+@pytest.mark.slow
 def test_a_run_whose_held_out_row_is_10000_turns_long_finishes(make_run, tiny_model_dir):
     run_dir = make_run(tiny_model_dir, n_train=8, n_eval=2, max_seq_len=128)
     rows = files.read_jsonl(files.data_path(run_dir, "eval"))

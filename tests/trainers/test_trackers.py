@@ -30,6 +30,7 @@ def test_trackers_and_noise_are_checked_before_a_run_starts(monkeypatch):
             config.extra_args({key: value}, "dpo")
 
 
+@pytest.mark.slow
 def test_an_sft_run_reports_to_tensorboard_in_its_folder(make_run, tiny_model_dir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -83,6 +83,7 @@ def pick_tuned_first(prompt: str) -> dict:
     return {"text": json.dumps({"winner": "A", "rationale": "A reads better"})}
 
 
+@pytest.mark.slow
 def test_pairwise_from_the_page_with_a_typed_key(sft_run, runs_dir: Path):
     with FakeAnthropic(answer=pick_tuned_first) as server:
         began = time.monotonic()
@@ -122,6 +123,7 @@ def test_pairwise_from_the_page_with_a_typed_key(sft_run, runs_dir: Path):
     assert dragon.runs(runs_dir).iloc[0]["judge"] == "vs base: 0W 3T 0L (n=3)"
 
 
+@pytest.mark.slow
 def test_picking_a_run_shows_its_earlier_judgement(sft_run, runs_dir: Path):
     shown = outputs(judge_panel.show_earlier(str(sft_run.dir), None, runs_dir=runs_dir))
     assert judge_panel.NOT_JUDGED in shown["summary"] and shown["table"]["visible"] is False
@@ -149,6 +151,7 @@ def test_picking_a_run_shows_its_earlier_judgement(sft_run, runs_dir: Path):
     assert judge_panel.NOT_JUDGED in outside["summary"]
 
 
+@pytest.mark.slow
 def test_rubric_from_the_page_through_an_openai_compatible_server(sft_run, runs_dir: Path):
     def answer(prompt: str) -> dict:
         n = int(re.search(r"echo: Device (\d+)", prompt).group(1))
@@ -171,6 +174,7 @@ def test_rubric_from_the_page_through_an_openai_compatible_server(sft_run, runs_
     assert 'dragon.judge_openai("judge-model"' in shown["code"] and "n=4" in shown["code"]
 
 
+@pytest.mark.slow
 def test_refusals_are_shown(sft_run, runs_dir: Path, tmp_path: Path):
     def start(**changes):
         values = dict(run_dir=str(sft_run.dir), mode=RUBRIC, against=None, kind="Anthropic",
@@ -193,6 +197,7 @@ def test_refusals_are_shown(sft_run, runs_dir: Path, tmp_path: Path):
     assert judge_panel.tick(None) == (SKIP,) * len(NAMES)
 
 
+@pytest.mark.slow
 def test_a_running_judge_can_be_cancelled_from_the_page(sft_run, runs_dir: Path):
     with FakeOpenAI(answer=lambda p: {"stall": 30}) as server:
         shown = outputs(
@@ -239,6 +244,7 @@ def test_the_model_the_box_shows_is_the_one_that_judges(runs_dir: Path):
     assert box["value"] == judge_panel.DEFAULT_CLAUDE
 
 
+@pytest.mark.slow
 def test_the_code_panel_runs_as_shown(sft_run, monkeypatch):
     """The panel's code, pasted into Python: the same judgement (with a function judge in place
     of the server, and the stand-in backend in this process)."""

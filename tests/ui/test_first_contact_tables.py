@@ -23,6 +23,7 @@ SAMPLES = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_samples_table_gives_every_column_its_share(mapped, model, runs_dir: Path):
     run = dragon.train(mapped, model.name, runs_dir=runs_dir, wait=True)
     files.write_samples(run.dir, SAMPLES)
@@ -35,6 +36,7 @@ def test_the_samples_table_gives_every_column_its_share(mapped, model, runs_dir:
     assert min(shares) >= 20, dict(zip(columns, widths, strict=True))  # none squeezed off-screen
 
 
+@pytest.mark.slow
 def test_the_samples_caption_names_the_tables_columns(mapped, model, runs_dir: Path):
     run = dragon.train(mapped, model.name, runs_dir=runs_dir, wait=True)
     files.write_samples(run.dir, SAMPLES)

@@ -71,6 +71,7 @@ def test_runs_folder_flag_then_environment_then_default(monkeypatch, tmp_path: P
     assert runs_dir_for(tmp_path / "flag", local) == tmp_path / "flag"
 
 
+@pytest.mark.slow
 def test_app_py_says_where_it_is_and_offers_no_share_link(tmp_path: Path):
     """Gradio's start-up text suggests `share=True`, which this app does not offer."""
     import socket

@@ -175,6 +175,7 @@ def test_check_names_the_active_profile(monkeypatch, spaces):
     assert "Unknown profile 'nope'" in environment._profile()
 
 
+@pytest.mark.slow
 def test_local_never_binds_every_interface_and_says_what_to_do_instead(tmp_path: Path):
     import subprocess
     import sys

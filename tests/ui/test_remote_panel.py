@@ -58,6 +58,7 @@ def test_run_elsewhere_bundles_and_shows_steps_downloads_and_code(tmp_path):
     assert 'dragon.remote(run, "kaggle")' in code and "hardware=" not in code
 
 
+@pytest.mark.slow
 def test_the_code_panel_bundles_the_same_run(tmp_path):
     runs_dir = tmp_path / "runs"
     runs_dir.mkdir()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core.rundir import files
@@ -49,6 +50,7 @@ def test_before_and_after_cards_only_for_samples_that_have_before_and_escaped():
     assert run_outcome.before_after_html(SAMPLES[1:]) == ""
 
 
+@pytest.mark.slow
 def test_the_monitor_shows_the_outcome_of_a_succeeded_run(mapped, model, runs_dir: Path):
     run = dragon.train(mapped, model.name, runs_dir=runs_dir, wait=True)
     files.write_eval(run.dir, {"start_eval_loss": 11.45, "eval_loss": 4.9, "step": 6})

@@ -65,6 +65,7 @@ def synth_inputs(teacher, gate=False, judge=None, min_score=7, rubric="", **qual
     return {"teacher": teacher, "judge": judge or form(), "settings": settings}
 
 
+@pytest.mark.slow
 def test_synthesize_from_the_mapped_data_with_a_typed_key_and_a_judge_gate(
     mapped, chat_model, runs_dir
 ):
@@ -119,6 +120,7 @@ def test_synthesize_needs_mapped_data_or_a_run(chat_model, runs_dir):
     assert not (runs_dir / files.JOBS_DIR).exists()
 
 
+@pytest.mark.slow
 def test_pairs_from_a_runs_own_samples_under_a_judge(mapped, chat_model, runs_dir, monkeypatch):
     run = dragon.train(mapped, chat_model.base, runs_dir=runs_dir, wait=True)
     seen: dict[str, int] = {}

@@ -81,6 +81,7 @@ def two(runs_dir: Path, trained: Path) -> list:
     return [sft, dpo]
 
 
+@pytest.mark.slow
 def test_the_picker_lists_every_run_and_keeps_the_picked_ones(two, runs_dir: Path):
     sft, dpo = two
     picked = [str(sft.dir), str(dpo.dir)]

@@ -68,6 +68,7 @@ def run_snippet(code: str) -> dict:
     return namespace
 
 
+@pytest.mark.slow
 def test_only_runs_that_have_ended_are_listed(mapped, model, runs_dir: Path, sft_run):
     queued = create.create_run("sft", mapped, model, runs_dir=runs_dir, name="waiting")
     assert evaluate.run_choices(runs_dir) == [(f"{sft_run.id} (sft, succeeded)", str(sft_run.dir))]
@@ -79,6 +80,7 @@ def test_only_runs_that_have_ended_are_listed(mapped, model, runs_dir: Path, sft
     assert evaluate.select(runs_dir, str(queued)) == SKIP  # not finished: stays as it was
 
 
+@pytest.mark.slow
 def test_a_run_shown_as_picked_fills_the_panel_without_measuring(
     sft_run, mapped, model, runs_dir: Path
 ):
@@ -115,6 +117,7 @@ def test_a_run_shown_as_picked_fills_the_panel_without_measuring(
     )
 
 
+@pytest.mark.slow
 def test_an_sft_run_shows_loss_samples_metrics_and_code(sft_run, runs_dir: Path):
     out = outputs(
         evaluate.run_evaluation(
@@ -144,6 +147,7 @@ def test_an_sft_run_shows_loss_samples_metrics_and_code(sft_run, runs_dir: Path)
     assert "metrics=" not in out["code"]
 
 
+@pytest.mark.slow
 def test_a_grpo_run_shows_its_rewards_beside_the_start_model(tickets, model, runs_dir: Path):
     prompts = tickets.map_prompts(prompt="question", reference="answer")
     rewards = [dragon.reward("contains"), dragon.reward("length", max_chars=40)]
@@ -176,6 +180,7 @@ def test_a_grpo_run_shows_its_rewards_beside_the_start_model(tickets, model, run
     assert "only sft, dpo, orpo runs can be evaluated again" in out["error"]
 
 
+@pytest.mark.slow
 def test_refusals_are_shown(sft_run, mapped, model, runs_dir: Path):
     with pytest.warns(UserWarning):
         out = outputs(evaluate.run_evaluation(None, [], "", 10, False, runs_dir=runs_dir))
@@ -221,6 +226,7 @@ def watch_until(shown: dict, done, timeout: float = 30) -> tuple[dict, list[str]
     return shown, summaries
 
 
+@pytest.mark.slow
 def test_measuring_again_returns_at_once_and_the_page_watches_the_job(
     sft_run, runs_dir: Path, slow_evaluator
 ):
@@ -248,6 +254,7 @@ def test_measuring_again_returns_at_once_and_the_page_watches_the_job(
     assert job.state == "succeeded" and any(line == "step 20" for line in job.logs(40))
 
 
+@pytest.mark.slow
 def test_a_running_recompute_can_be_cancelled_from_the_page(
     sft_run, runs_dir: Path, slow_evaluator
 ):

@@ -72,6 +72,7 @@ def test_nothing_selected_says_where_to_start(tmp_path: Path):
     assert shown["samples"]["visible"] is False
 
 
+@pytest.mark.slow
 def test_a_finished_run_shows_its_curve_log_samples_and_code(mapped, model, runs_dir: Path):
     run = dragon.train(mapped, model, runs_dir=runs_dir, wait=True)
     files.write_samples(run.dir, SAMPLES)  # the real trainer writes these; the fake one does not
@@ -89,6 +90,7 @@ def test_a_finished_run_shows_its_curve_log_samples_and_code(mapped, model, runs
     assert seen.run == str(run.dir) and seen.active is False
 
 
+@pytest.mark.slow
 def test_a_tick_reads_nothing_until_the_run_changes(mapped, model, runs_dir: Path):
     run = dragon.train(mapped, model, runs_dir=runs_dir, wait=True)
     watch.run_version(run.dir)  # watching starts here: the trainer's writes are all done
@@ -125,6 +127,7 @@ def test_a_dead_trainer_is_noticed_on_the_liveness_interval(mapped, model, runs_
     assert shown["resume"]["interactive"] is True and shown["seen"].active is False
 
 
+@pytest.mark.slow
 def test_cancel_then_resume(mapped, model, runs_dir: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("FAKE_TRAINER_STEPS", "400")
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.05")
@@ -166,6 +169,7 @@ def test_the_picker_lists_runs_newest_first_and_defaults_to_the_newest(
     assert monitor.pick(str(first), runs_dir=runs_dir) == str(first)
 
 
+@pytest.mark.slow
 def test_a_grpo_run_shows_its_reward_curves(tickets, model, runs_dir: Path):
     prompts = tickets.map_prompts(prompt="question", reference="answer")
     rewards = [dragon.reward("contains"), dragon.reward("length", max_chars=40, name="short")]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import gradio as gr
 import pandas as pd
+import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core.pipelines.steps import EvaluateStep, JudgeStep, PreferStep, TrainStep
@@ -131,6 +132,7 @@ def test_the_kind_shows_its_own_settings():
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_reinforce_step_takes_the_page_s_rewards_and_prompts(tickets, mapped, runs_dir):
     *_, error = add([], "reinforce", mapped, runs_dir)
     assert "needs at least one reward" in error
@@ -147,6 +149,7 @@ def test_a_reinforce_step_takes_the_page_s_rewards_and_prompts(tickets, mapped, 
     assert "Step 3 (reinforce)" in check
 
 
+@pytest.mark.slow
 def test_start_runs_in_the_background_and_the_timeline_follows_the_record(mapped, model, runs_dir):
     steps = [dragon.steps.train(mapped), dragon.steps.train(mapped, n_samples=2)]
     picker, started, error = pipelines.start(steps, model, "two-runs", runs_dir=runs_dir)
@@ -186,6 +189,7 @@ def test_start_refuses_a_chain_that_cannot_run_naming_the_step(mapped, model, ru
     assert "Add at least one step" in error
 
 
+@pytest.mark.slow
 def test_cancel_during_training_then_resume(mapped, model, runs_dir, monkeypatch):
     monkeypatch.setenv("FAKE_TRAINER_STEPS", "60")
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.05")
@@ -211,6 +215,7 @@ def test_cancel_during_training_then_resume(mapped, model, runs_dir, monkeypatch
     assert "already succeeded" in again["error"]
 
 
+@pytest.mark.slow
 def test_a_second_page_reattaches_to_the_newest_pipeline(mapped, model, runs_dir):
     assert pipelines.refresh_choices(runs_dir, None, None)[0]["value"] is None
     picker, *_ = pipelines.start([dragon.steps.train(mapped)], model, "p", runs_dir=runs_dir)

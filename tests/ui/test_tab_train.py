@@ -210,6 +210,7 @@ def test_putting_a_refused_value_back_clears_its_error(mapped, model, runs_dir: 
     assert "max_steps=3" in code and error == ""
 
 
+@pytest.mark.slow
 def test_start_returns_at_once_and_selects_the_run(mapped, model, runs_dir: Path):
     values = with_values(max_steps=6, batch_size=2, logging_steps=1)
     preview, _ = train.preview_code(
@@ -227,6 +228,7 @@ def test_start_returns_at_once_and_selects_the_run(mapped, model, runs_dir: Path
     assert run.wait(timeout=30).state == "succeeded"
 
 
+@pytest.mark.slow
 def test_start_continues_from_a_succeeded_run(mapped, model, runs_dir: Path):
     first = dragon.train(mapped, model.name, runs_dir=runs_dir, wait=True)
     choices = train.parent_choices(runs_dir)
@@ -311,6 +313,7 @@ def test_the_preview_and_start_refuse_a_mismatched_mapping(prompts, model, runs_
     assert dragon.runs(runs_dir).empty
 
 
+@pytest.mark.slow
 def test_dpo_starts_prefer_and_its_code_is_the_runs_code(pairs, model, runs_dir: Path):
     values = with_values(max_steps=4, batch_size=2, dpo_loss_type="ipo")
     preview, error = train.preview_code(
@@ -436,6 +439,7 @@ TWO_REWARDS = [dragon.reward("regex", pattern=TICKET), dragon.reward("length", m
                                                                      weight=0.5)]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_grpo_needs_a_reward_then_starts_reinforce(prompts, model, runs_dir: Path):
     values = with_values(max_steps=3, group_size=2, max_new_tokens=16, max_seq_len=256)
     code, error = train.preview_code(prompts, model, "grpo", "", "", 0.1, [], values,
@@ -469,6 +473,7 @@ def test_grpo_needs_a_reward_then_starts_reinforce(prompts, model, runs_dir: Pat
 
 
 @pytest.mark.parametrize("method", ["sft", "dpo", "orpo", "grpo"])
+@pytest.mark.slow
 def test_the_tabs_spec_is_the_one_the_api_function_writes(
     method, mapped, pairs, prompts, model, runs_dir: Path
 ):

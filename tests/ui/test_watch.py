@@ -52,6 +52,7 @@ def test_paths_map_to_their_run_and_to_the_table(tmp_path: Path):
     assert watch.changed_keys(root, str(tmp_path.parent / "elsewhere")) == (None, False)
 
 
+@pytest.mark.slow
 def test_writes_bump_the_run_and_table_counters_and_reads_do_not(tmp_path: Path):
     runs = tmp_path / "runs"
     run = runs / "20260101-000000-demo"
