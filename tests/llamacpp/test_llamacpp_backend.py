@@ -151,6 +151,7 @@ def test_a_killed_server_is_started_again(llama):
 @pytest.mark.slow
 @pytest.mark.gguf
 def test_a_run_is_exported_on_demand_and_then_reused(tmp_path, monkeypatch, gguf):
+    from dragonfarm_core.export import gguf as gguf_export
     from dragonfarm_core.inference import llamacpp
 
     folder = tmp_path / "tiny-support"
@@ -159,7 +160,7 @@ def test_a_run_is_exported_on_demand_and_then_reused(tmp_path, monkeypatch, gguf
     shutil.copy(f"{gguf}.check.json", f"{made}.check.json")
     shutil.copystat(gguf, made)  # the check record names the file's size and time
     calls = []
-    monkeypatch.setattr(dragon.gguf, "export_gguf", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(gguf_export, "export_gguf", lambda *a, **k: calls.append(a))
     b = llamacpp.backend_llamacpp(folder)
     assert b.gguf() == Path(made).resolve() and calls == []  # checked: reused, not exported
 
