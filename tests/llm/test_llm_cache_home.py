@@ -15,17 +15,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from judge_runs import make_run, sft_row
 from llm_fakes import FakeOpenAI
 
 from dragonfarm_core.rundir import files, location
+from tests.judging.judge_runs import make_run, sft_row
 
 ROOT = Path(__file__).resolve().parents[2]
 
 SESSION = """
 import json, sys
 import dragonfarm_core as dragon
-from judge_runs import TwoFacedBackend
+from tests.judging.judge_runs import TwoFacedBackend
 
 url, runs, run = sys.argv[1:4]
 dragon.set_backend(TwoFacedBackend())  # the run's own replies: no server, no cache

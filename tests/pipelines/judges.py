@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-from tests.llm.judge_runs import reply_of as pairwise_reply
+from tests.judging.judge_runs import reply_of as pairwise_reply
 
 
 def scored_reply(question: str) -> str:

@@ -15,12 +15,12 @@ import pytest
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS / "llm"))
 
-from judge_runs import make_run, sft_row  # noqa: E402
 from llm_fakes import FakeAnthropic  # noqa: E402
 
 import dragonfarm_core as dragon  # noqa: E402
 from dragonfarm_core.batches import jobs as llm_jobs  # noqa: E402
 from dragonfarm_core.rundir import location  # noqa: E402
+from tests.judging.judge_runs import make_run, sft_row  # noqa: E402
 
 TYPED = "sk-ant-typed-canary-3c9e71"
 FROM_ENV = "sk-ant-env-canary-8d24b0"

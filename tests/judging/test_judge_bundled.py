@@ -9,10 +9,10 @@ import re
 from pathlib import Path
 
 import pytest
-from llm_fakes import FakeOpenAI
 
 import dragonfarm_core as dragon
 from dragonfarm_core.rundir import files
+from tests.llm.llm_fakes import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"

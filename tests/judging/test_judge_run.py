@@ -11,14 +11,14 @@ import json
 import os
 
 import pytest
-from judge_runs import TwoFacedBackend, make_run, pair_row, reply_of, sft_row
-from llm_fakes import FakeAnthropic
 
 import dragonfarm_core as dragon
 from dragonfarm_core.judging import inputs as judge_inputs
 from dragonfarm_core.judging import judgement
 from dragonfarm_core.llm import Reply
 from dragonfarm_core.rundir import files, status_schema
+from tests.judging.judge_runs import TwoFacedBackend, make_run, pair_row, reply_of, sft_row
+from tests.llm.llm_fakes import FakeAnthropic
 
 
 @pytest.fixture

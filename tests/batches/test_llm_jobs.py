@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-from judge_runs import make_run, sft_row
-from llm_fakes import FakeAnthropic, FakeOpenAI
 
 import dragonfarm_core as dragon
 from dragonfarm_core.batches import jobs as llm_jobs
 from dragonfarm_core.llm import descriptions as llm_descriptions
 from dragonfarm_core.rundir import files
+from tests.judging.judge_runs import make_run, sft_row
+from tests.llm.llm_fakes import FakeAnthropic, FakeOpenAI
 
 TESTS = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,6 @@ import json
 import re
 
 import pytest
-from llm_fakes import FakeAnthropic, FakeOpenAI
 
 import dragonfarm_core as dragon
 from dragonfarm_core.judging.judges import (
@@ -19,6 +18,7 @@ from dragonfarm_core.judging.judges import (
 )
 from dragonfarm_core.judging.questions import REASK
 from dragonfarm_core.llm import Reply
+from tests.llm.llm_fakes import FakeAnthropic, FakeOpenAI
 
 
 def scorer(value=7, rationale="fine"):
