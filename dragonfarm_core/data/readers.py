@@ -6,10 +6,10 @@ ends and quoted multi-line cells); a file that is not text at all (an image, an 
 .csv) is refused as such (`sniff.py`), not as a wrong encoding.
 
 Reading is bounded (`limits.py`): a file larger than max_bytes is refused before it is read,
-and rows and cell sizes are checked as rows come. CSV, TSV and JSON Lines are streamed from
-the file (checked as UTF-8 in chunks first, so an error still names its line), so memory holds
-the rows, not the file's text several times over; a JSON array is parsed whole. Parquet and
-.xlsx, which expand when read, are in `packed.py`.
+and rows and cell sizes are checked as rows come. CSV, TSV, JSON Lines and JSON arrays are
+streamed from the file (checked as UTF-8 in chunks first, so an error still names its line), so
+memory holds the rows, not the file's text several times over, and reading stops at the row
+limit. Parquet and .xlsx, which expand when read, are in `packed.py`.
 
 Every failure is a `DatasetError` that names the file and the line, row or column at fault.
 """
@@ -25,7 +25,7 @@ import pandas as pd
 
 from dragonfarm_core.data.cells import cell_text, frame_from_records, frame_from_rows
 from dragonfarm_core.data.errors import DatasetError
-from dragonfarm_core.data.jsonfiles import read_json_items, read_jsonl_items
+from dragonfarm_core.data.jsonfiles import json_array_items, read_jsonl_items
 from dragonfarm_core.data.limits import MAX_BYTES_ENV, ReadLimits, max_dataset_bytes
 from dragonfarm_core.data.packed import read_parquet, read_xlsx
 from dragonfarm_core.data.sniff import SNIFF_BYTES, binary_kind
@@ -158,6 +158,14 @@ def text_lines(path: Path) -> Iterator[str]:
             yield line.removesuffix("\n")
 
 
+def text_chunks(path: Path) -> Iterator[str]:
+    """The text of a checked text file (check_text), BOM dropped, CHUNK_BYTES characters at
+    a time."""
+    with path.open(encoding="utf-8-sig", newline="") as f:
+        while chunk := f.read(CHUNK_BYTES):
+            yield chunk
+
+
 def read_file(
     path: str | os.PathLike[str], format: str | None = None, max_bytes: int | None = None
 ) -> tuple[pd.DataFrame, Path, str]:
@@ -182,15 +190,16 @@ def read_file(
 
 
 def _read_records(path: Path, fmt: str, limits: ReadLimits) -> pd.DataFrame:
-    if fmt == "json":
-        items = read_json_items(path, read_text(path))
+    check_text(path)
+    items = []
+    reading = (
+        json_array_items(path, text_chunks(path))
+        if fmt == "json"
+        else read_jsonl_items(path, text_lines(path))
+    )
+    for item in reading:
+        items.append(item)
         limits.check_rows(len(items), path)
-    else:
-        check_text(path)
-        items = []
-        for item in read_jsonl_items(path, text_lines(path)):
-            items.append(item)
-            limits.check_rows(len(items), path)
     frame = frame_from_records([obj for _, obj in items], path)
     header = [str(c) for c in frame.columns]
     for (where, _), row in zip(items, frame.itertuples(index=False, name=None), strict=True):

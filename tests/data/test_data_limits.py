@@ -138,3 +138,71 @@ def test_the_report_bounds_its_near_duplicate_search(tmp_path, monkeypatch):
     bounded = ds.report()
     assert "looked for among the first 100 rows of 121" in " ".join(bounded.notes)
     assert bounded.exact_duplicates == ds.report().exact_duplicates
+
+
+# -- a JSON array is streamed: read one element at a time, stopped at the row limit ------------
+
+
+def test_a_json_array_stops_at_the_row_limit_before_reading_the_rest(tmp_path, monkeypatch):
+    # Past row 10 the file is not even JSON: a reader that parses the array whole says so; a
+    # streamed one stops at row 11 and names the row limit.
+    rows = ",\n".join(json.dumps({"q": f"question {i}", "a": "x"}) for i in range(11))
+    path = tmp_path / "t.json"
+    path.write_text(f"[{rows},\n" + "not json " * 1000)
+    monkeypatch.setenv("DRAGONFARM_MAX_DATASET_ROWS", "10")
+    with pytest.raises(DatasetError, match=r"more than 10 rows.*DRAGONFARM_MAX_DATASET_ROWS"):
+        dataset(path)
+
+
+def test_a_json_array_past_the_row_limit_holds_only_the_rows_it_took(tmp_path, monkeypatch):
+    import tracemalloc
+
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps([{"q": f"question {i}", "a": "y" * 40} for i in range(200_000)]))
+    assert path.stat().st_size > 14_000_000
+    monkeypatch.setenv("DRAGONFARM_MAX_DATASET_ROWS", "1000")
+    tracemalloc.start()
+    try:
+        with pytest.raises(DatasetError, match="more than 1,000 rows"):
+            dataset(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # The file's text once is 14 MB; parsed whole it is several times that. Streamed: a chunk
+    # of text (1 MB of characters) and 1,001 rows.
+    assert peak < 8_000_000, f"peak {peak:,} bytes"
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64])
+def test_a_json_array_reads_the_same_in_any_chunks(tmp_path, monkeypatch, chunk):
+    from dragonfarm_core.data import readers
+
+    items = [{"q": "é\u2028 line\nbreak", "n": 12345678901234, "f": -1.5e-7},
+             {"q": "\\ud83d\\ude00", "n": 0, "f": True}, {"q": None}]  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text("\ufeff \r\n[\n " + " ,\r\n  ".join(json.dumps(i) for i in items) + "\n]\n")
+    whole = dataset(path).frame
+    monkeypatch.setattr(readers, "CHUNK_BYTES", chunk)
+    assert dataset(path).frame.equals(whole)
+    assert whole["n"].tolist() == ["12345678901234", "0", None]
+
+
+@pytest.mark.parametrize(
+    ("text", "place"),
+    [
+        ('[{"a": 1},\n {"a": 2,}]', "line 2, column 10"),
+        ('[{"a": 1},\n\n  {"a": 2} {"a": 3}]', "line 3, column 12"),
+        ('[{"a": 1},\n {"a": "open]', "line 2, column 8"),
+        ('[{"a": 1}\n] x', "line 2, column 3"),
+        ('[{"a": 1},\n', "line 2, column 1"),
+    ],
+)
+@pytest.mark.parametrize("chunk", [1, 4, 1 << 20])
+def test_a_broken_json_array_is_placed_in_any_chunks(tmp_path, monkeypatch, text, place, chunk):
+    from dragonfarm_core.data import readers
+
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    monkeypatch.setattr(readers, "CHUNK_BYTES", chunk)
+    with pytest.raises(DatasetError, match=rf"bad\.json, {place}: invalid JSON"):
+        dataset(path)
