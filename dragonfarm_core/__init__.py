@@ -51,6 +51,7 @@ from dragonfarm_core.inference import (
     set_backend,
     worker_stop,
 )
+from dragonfarm_core.judging.agreement import Agreement, judge_agreement, last_agreement
 from dragonfarm_core.judging.inputs import prompts
 from dragonfarm_core.judging.judgement import Judgement, judge, read_judgement
 from dragonfarm_core.llm import (
@@ -141,6 +142,7 @@ __all__ = [
     "HOUSE_STYLE_PATTERN",
     "LLM",
     "LLMJob",
+    "Agreement",
     "Backend",
     "Chat",
     "DataReport",
@@ -198,10 +200,12 @@ __all__ = [
     "generate",
     "import_results",
     "judge",
+    "judge_agreement",
     "judge_anthropic",
     "judge_chatlas",
     "judge_local",
     "judge_openai",
+    "last_agreement",
     "llm_anthropic",
     "llm_chatlas",
     "llm_local",
