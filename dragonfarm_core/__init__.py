@@ -54,6 +54,8 @@ from dragonfarm_core.inference import (
 from dragonfarm_core.judging.agreement import Agreement, judge_agreement, last_agreement
 from dragonfarm_core.judging.inputs import prompts
 from dragonfarm_core.judging.judgement import Judgement, judge, read_judgement
+from dragonfarm_core.lineage.graph import Lineage
+from dragonfarm_core.lineage.lineage import lineage
 from dragonfarm_core.llm import (
     LLM,
     Reply,
@@ -142,6 +144,7 @@ __all__ = [
     "HOUSE_STYLE_PATTERN",
     "LLM",
     "LLMJob",
+    "Lineage",
     "Agreement",
     "Backend",
     "Chat",
@@ -206,6 +209,7 @@ __all__ = [
     "judge_local",
     "judge_openai",
     "last_agreement",
+    "lineage",
     "llm_anthropic",
     "llm_chatlas",
     "llm_local",
