@@ -102,6 +102,16 @@ from dragonfarm_core.rundir.store import (
 from dragonfarm_core.serve.ollama import serve_ollama, start_serve_ollama
 from dragonfarm_core.settings import Hardware, Lora, SettingsError, TrainArgs
 from dragonfarm_core.spec import RunSpec
+from dragonfarm_core.sweeps.space import SweepError
+from dragonfarm_core.sweeps.sweep import (
+    Sweep,
+    list_sweeps,
+    open_sweep,
+    resume_sweep,
+    sweep,
+    sweep_cancel,
+    sweep_status,
+)
 from dragonfarm_core.synthesis.files import open_synthesized
 from dragonfarm_core.synthesis.synthesize import (
     SynthesisError,
@@ -248,6 +258,7 @@ __all__ = [
     "resolve_model",
     "resume",
     "resume_pipeline",
+    "resume_sweep",
     "runs",
     "runs_dir",
     "set_backend",
@@ -263,6 +274,13 @@ __all__ = [
     "start_synthesis",
     "status",
     "steps",
+    "sweep",
+    "sweep_cancel",
+    "sweep_status",
+    "Sweep",
+    "SweepError",
+    "list_sweeps",
+    "open_sweep",
     "synthesize",
     "synthesize_pairs",
     "test_rewards",

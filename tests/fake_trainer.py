@@ -11,10 +11,13 @@ Selected with DRAGONFARM_TRAINER_MODULE=fake_trainer and tests/ on PYTHONPATH. K
   FAKE_TRAINER_IGNORE_CANCEL=1  never look at cancel.request (exercises the kill fallback)
   FAKE_TRAINER_IGNORE_TERM=1    also ignore SIGTERM (only SIGKILL stops it)
   FAKE_TRAINER_NO_FINAL=1       return at once without writing a final state
+  FAKE_TRAINER_EVAL=1           log a held-out loss every other step and at the end, a function
+                                of the run's learning rate and LoRA rank (best at lr 3e-4, r 16)
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -51,6 +54,14 @@ def _start_step(run_dir: Path) -> int:
     return step
 
 
+def held_out_loss(config: dict, step: int, steps: int) -> float:
+    """A made-up held-out loss that falls with the steps towards a floor set by the settings:
+    the further the learning rate from 3e-4 (in decades) and the smaller the rank, the higher."""
+    lr, r = config["args"]["learning_rate"], config["lora"]["r"]
+    floor = 1.0 + abs(math.log10(lr / 3e-4)) + 0.1 * math.log2(16 / r)
+    return round(floor * (1 + 1.0 / step), 6) if step else round(floor * 3, 6)
+
+
 def main(run_dir: str) -> None:
     run = Path(run_dir)
     config = files.read_config(run)
@@ -58,6 +69,7 @@ def main(run_dir: str) -> None:
     save_every, fail_at = int(_knob("SAVE_EVERY", 2)), int(_knob("FAIL_AT", 0))
     disk_full_at = int(_knob("DISK_FULL_AT", 0))
     ignore_cancel = os.environ.get("FAKE_TRAINER_IGNORE_CANCEL") == "1"
+    evaluating = os.environ.get("FAKE_TRAINER_EVAL") == "1"
     if os.environ.get("FAKE_TRAINER_IGNORE_TERM") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if os.environ.get("FAKE_TRAINER_NO_FINAL") == "1":
@@ -91,13 +103,14 @@ def main(run_dir: str) -> None:
             with open("/dev/full", "wb", buffering=0) as weights:
                 weights.write(b"fake weights")
         loss = 2.0 / step
+        held_out = held_out_loss(config, step, steps) if evaluating and step % 2 == 0 else None
         files.append_progress(
             run,
             {
                 "step": step,
                 "epoch": step / steps,
                 "loss": loss,
-                "eval_loss": None,
+                "eval_loss": held_out,
                 "lr": 1e-4,
                 "grad_norm": 1.0,
                 "elapsed_s": time.monotonic() - began,
@@ -118,6 +131,7 @@ def main(run_dir: str) -> None:
     # The log's last line comes before the terminal state, as with the real trainer: a reader
     # that sees "succeeded" can rely on the log being complete.
     print("done", flush=True)
-    files.update_status(
-        run, state="succeeded", finished_at=files.now_iso(), metrics={"train_loss": loss}
-    )
+    metrics = {"train_loss": loss}
+    if evaluating:
+        metrics["eval_loss"] = held_out_loss(config, steps, steps)
+    files.update_status(run, state="succeeded", finished_at=files.now_iso(), metrics=metrics)

@@ -36,7 +36,7 @@ import pandas as pd
 
 from dragonfarm_core.evaluation.evaluate import stored_metrics
 from dragonfarm_core.methods import METHODS
-from dragonfarm_core.rundir import files, launch, location, pipeline_record, store
+from dragonfarm_core.rundir import files, launch, location, pipeline_record, store, sweep_record
 from dragonfarm_core.rundir.run import Run, open_run
 
 # What a run is (text, None when unknown), then the settings and the figures (numbers, NaN).
@@ -104,13 +104,14 @@ def _refs(given: Iterable[Any], runs_dir: Any = None) -> list[Any]:
             out += _refs(ref, runs_dir)
         elif (record := pipeline_record.resolve(ref, runs_dir)) is not None:
             out += pipeline_record.run_dirs(pipeline_record.read(record))
+        elif (record := sweep_record.resolve(ref, runs_dir)) is not None:
+            out += sweep_record.run_dirs(sweep_record.read(record))
         elif isinstance(ref, Run | str | os.PathLike):
             out.append(ref)
         else:
             raise TypeError(
-                f"compare() takes runs: a Run, a run id or a run folder, a pipeline, or a list of "
-                f"them; got "
-                f"{type(ref).__name__} ({ref!r}). dragon.runs() lists the runs."
+                f"compare() takes runs: a Run, a run id or a run folder, a pipeline, a sweep, or a "
+                f"list of them; got {type(ref).__name__} ({ref!r}). dragon.runs() lists the runs."
             )
     return out
 

@@ -92,6 +92,8 @@ JOB_LOG = "job.log"
 ARCHIVED_DIR = "archived"
 FEEDBACK_DIR = "feedback"
 PIPELINES_DIR = "pipelines"
+# Sweeps (dragon.sweep): <id>.json records and their folders (Optuna's study.db, the job).
+SWEEPS_DIR = "sweeps"
 # Files uploaded through the app are copied here, so the code it shows keeps working.
 UPLOADS_DIR = "uploads"
 # A folder the old per-runs-dir queue kept its lock in; still never a run.
@@ -104,8 +106,8 @@ SYNTHETIC_DIR = "synthetic"
 CHATS_DIR = "chats"
 # Names in runs_dir that are never runs.
 RESERVED = frozenset(
-    {ARCHIVED_DIR, FEEDBACK_DIR, PIPELINES_DIR, UPLOADS_DIR, JOBS_DIR, LOCKS_DIR, LLM_CACHE_DIR,
-     SYNTHETIC_DIR, CHATS_DIR}
+    {ARCHIVED_DIR, FEEDBACK_DIR, PIPELINES_DIR, SWEEPS_DIR, UPLOADS_DIR, JOBS_DIR, LOCKS_DIR,
+     LLM_CACHE_DIR, SYNTHETIC_DIR, CHATS_DIR}
 )  # fmt: skip
 
 # How often, and how far apart, read_status reads a status.json that does not parse.

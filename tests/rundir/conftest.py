@@ -20,7 +20,7 @@ from dragonfarm_core.rundir import files, jobs, launch, location
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 KNOBS = ("STEPS", "STEP_S", "SAVE_EVERY", "FAIL_AT", "DISK_FULL_AT", "IGNORE_CANCEL", "IGNORE_TERM",
-         "NO_FINAL")  # fmt: skip
+         "NO_FINAL", "EVAL")  # fmt: skip
 
 
 def _kill(status: dict) -> None:
