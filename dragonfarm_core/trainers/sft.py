@@ -187,10 +187,9 @@ def main(run_dir: str | os.PathLike[str]) -> str:
         metrics.update({k: results[k] for k in ("eval_loss", "perplexity", "eval_tokens")})
         metrics["start_eval_loss"] = results.get("start_eval_loss")
         report.finish("succeeded", metrics=metrics)
-        print(
-            f"Done: train loss {metrics['train_loss']:.4f}, eval loss {results['eval_loss']}.",
-            flush=True,
-        )
+        held_out = results["eval_loss"]
+        eval_part = "no held-out rows" if held_out is None else f"eval loss {held_out:.4f}"
+        print(f"Done: train loss {metrics['train_loss']:.4f}, {eval_part}.", flush=True)
         return "succeeded"
 
 

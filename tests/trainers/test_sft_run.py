@@ -45,7 +45,7 @@ def _start_subprocess(run_dir: Path) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-def test_run_writes_and_reads_back_every_file(make_run, model_dir, monkeypatch):
+def test_run_writes_and_reads_back_every_file(make_run, model_dir, monkeypatch, capsys):
     phases = []
     write = sft.evaluation.write_eval_and_samples
 
@@ -109,6 +109,9 @@ def test_run_writes_and_reads_back_every_file(make_run, model_dir, monkeypatch):
     assert evaluation["eval_loss"] == pytest.approx(metrics["eval_loss"])
     assert evaluation["eval_tokens"] > 0 and evaluation["eval_rows"] == 6
     assert evaluation["start_eval_loss"] == eval_rows[0]["eval_loss"] == metrics["start_eval_loss"]
+    # The log's last line reads like the Monitor's figures: rounded, not 0.9403712391853333.
+    done = f"Done: train loss {metrics['train_loss']:.4f}, eval loss {metrics['eval_loss']:.4f}."
+    assert done in capsys.readouterr().out.splitlines()
     samples = files.read_samples(run_dir)
     assert len(samples) == 3
     eval_data = files.read_jsonl(files.data_path(run_dir, "eval"))
@@ -192,9 +195,10 @@ def test_kill_9_then_resume_continues_the_same_run(make_run, model_dir):
 
 
 @pytest.mark.slow
-def test_without_held_out_rows_samples_come_from_training_rows(make_run, model_dir):
+def test_without_held_out_rows_samples_come_from_training_rows(make_run, model_dir, capsys):
     run_dir = make_run(model_dir, n_train=12, n_eval=0, max_steps=2)
     assert sft.main(run_dir) == "succeeded"
+    assert capsys.readouterr().out.splitlines()[-1].endswith(", no held-out rows.")
     assert files.read_eval(run_dir) == {
         "eval_loss": None,
         "perplexity": None,
