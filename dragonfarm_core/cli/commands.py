@@ -33,6 +33,7 @@ from dragonfarm_core.auth.http_guard import ALLOWED_HOSTS_HELP, FORWARDED_ALLOW_
 from dragonfarm_core.auth.profiles import profile_names
 from dragonfarm_core.cli import pack as cli_pack
 from dragonfarm_core.cli import pipeline as cli_pipeline
+from dragonfarm_core.cli import sweep as cli_sweep
 from dragonfarm_core.cli import talk as cli_talk
 from dragonfarm_core.cli import train as cli_train
 from dragonfarm_core.cli import users as cli_users
@@ -308,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     _runs_dir_flag(p)
 
     cli_pipeline.add_commands(sub, _command, _runs_dir_flag)
+    cli_sweep.add_commands(sub, _command, _runs_dir_flag)
     cli_pack.add_commands(sub, _command, _runs_dir_flag)
     cli_users.add_commands(sub, _command)
 

@@ -203,14 +203,20 @@ def dry_run_code(dataset: Any, model: str, settings: GrpoArgs, max_prompts: int)
 
 
 def code(run: Run | str | os.PathLike[str]) -> str:
-    """Python source that reproduces `run` (a Run, its directory, or its id), or a pipeline
-    (a Pipeline, its id or its record: `pipeline_code`)."""
+    """Python source that reproduces `run` (a Run, its directory, or its id), a pipeline
+    (a Pipeline, its id or its record: `pipeline_code`) or a sweep (`sweep_code`)."""
     from dragonfarm_core.codegen import pipeline as pipeline_code
     from dragonfarm_core.rundir import pipeline_record  # pipeline_code imports this
 
     record = pipeline_record.resolve(run)
     if record is not None:
         return pipeline_code.pipeline_code(record)
+    from dragonfarm_core.codegen.sweep import sweep_code
+    from dragonfarm_core.rundir import sweep_record
+
+    swept = sweep_record.resolve(run)
+    if swept is not None:
+        return sweep_code(swept)
     run = open_run(run)
     config = run.config
     if config.get("method", "sft") not in METHODS:
