@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 
 from dragonfarm_core.rewards import command as command_reward
 from dragonfarm_core.rewards import custom as custom_reward
-from dragonfarm_core.rewards.errors import RewardError
+from dragonfarm_core.rewards import runner
+from dragonfarm_core.rewards.custom_run import CUSTOM_TIMEOUT_S
+from dragonfarm_core.rewards.errors import RewardError, RewardTimeout
 
 if TYPE_CHECKING:
     from dragonfarm_core.rewards.spec import Reward
@@ -137,7 +139,19 @@ def _validate_custom(r: Reward) -> None:
     if not isinstance(r.fn, str) or not r.fn.isidentifier():
         raise RewardError(f"Reward.fn {r.fn!r} must be a Python function name.")
     object.__setattr__(r, "file", str(Path(r.file).resolve()))
-    custom_reward.load_function(r.file, r.fn)
+    if not Path(r.file).is_file():
+        custom_reward.load_function(r.file, r.fn)  # says that it does not exist, and what to give
+    # Imported in the reward helper with a time limit: the file's top-level code is the user's,
+    # and the app must not run it (custom_run).
+    loaded = runner.custom(r.file, r.fn, [], CUSTOM_TIMEOUT_S)[0]
+    if loaded is None:
+        raise RewardTimeout(
+            f"Reward.file {r.file!r} took longer than {CUSTOM_TIMEOUT_S:g} s to import, so it "
+            "was stopped: move slow work (loading a model, reading a large file) into the "
+            "function, or out of the file."
+        )
+    if "error" in loaded:
+        raise RewardError(loaded["error"])
 
 
 VALIDATORS = {

@@ -1,7 +1,8 @@
 """The "custom" reward: a Python file that defines `reward(prompt, completion, reference, row)`.
 
 The file is checked when the reward is created (it exists, runs, and defines a callable with
-that signature) so a typo fails before training, not at step 500. A run keeps its own copy of the
+that signature) so a typo fails before training, not at step 500; the app checks it, and
+dry-runs it, in the reward helper (`custom_run`), never in its own process. A run keeps its own copy of the
 file (`copy_into`), so the run still works after the original is edited or deleted.
 
 The function may return any finite number (custom rewards are not clipped to [0, 1]).

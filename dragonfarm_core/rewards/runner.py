@@ -18,8 +18,9 @@ helper process (`serve`):
   and reaps all of it before it answers. Elsewhere (macOS) the command's process group and its
   visible descendants are killed, but a process that both setsid()s and double-forks escapes.
 - The caller talks to a helper over the helper's stdin and stdout, one JSON line per request
-  and per answer. A request runs a command (`run`) or regex searches with a time limit
-  (`search`, see `regex_search`: a search that never ends would freeze the caller). A helper
+  and per answer. A request runs a command (`run`), regex searches with a time limit
+  (`search`, see `regex_search`: a search that never ends would freeze the caller) or a custom
+  reward's function the same way (`custom`, see `custom_run`). A helper
   runs one command at a time (so whatever is left is that command's); the caller keeps a
   small pool so that `score()`'s threads run commands side by side. A helper whose stdin
   closes (its caller ended), or that has had nothing to do for a while, exits.
@@ -50,7 +51,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from dragonfarm_core.rewards import regex_search
+from dragonfarm_core.rewards import custom_run, regex_search
 from dragonfarm_core.rewards.errors import RewardError
 from dragonfarm_core.rundir import childenv, jobs
 
@@ -269,6 +270,7 @@ def _requests(fd: int) -> Iterator[bytes]:
 OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "command": execute,
     "regex": regex_search.search,
+    "custom": custom_run.run_custom,
 }
 
 
@@ -452,6 +454,15 @@ def search(
                "texts": texts, "timeout": float(timeout)}  # fmt: skip
     wait = float(timeout) * max(1, len(texts)) + ANSWER_MARGIN_S
     return _ask(request, wait, f"the regex {pattern!r}")["found"]
+
+
+def custom(file: str, fn: str, items: list[list[Any]], timeout: float) -> list[Any]:
+    """A custom reward's function `fn` of `file`, imported and called on each [prompt,
+    completion, reference, row] in a helper (`custom_run.run_custom`): the import's answer, then
+    one per item, up to the first that took longer than `timeout` seconds (None, the last)."""
+    request = {"op": "custom", "file": file, "fn": fn, "items": items, "timeout": float(timeout)}
+    wait = float(timeout) * (1 + len(items)) + ANSWER_MARGIN_S
+    return _ask(request, wait, f"the custom reward {fn}() of {file}")["answers"]
 
 
 def close_all() -> None:

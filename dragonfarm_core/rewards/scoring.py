@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dragonfarm_core.rewards import builtin, command, custom, runner
+from dragonfarm_core.rewards.custom_run import CUSTOM_TIMEOUT_S
 from dragonfarm_core.rewards.errors import RewardError, RewardTimeout
 from dragonfarm_core.rewards.spec import Reward, reward_names
 
@@ -121,6 +122,53 @@ def _regex_results(
     return results
 
 
+def _custom_results(
+    reward: Reward, prompts: Sequence[Any], completions: Sequence[Any],
+    references: Sequence[str | None], rows: Sequence[Any],
+) -> list[Result]:  # fmt: skip
+    """The dry run's custom reward: its function called in the reward helper (`custom_run`),
+    not in this process (the app), each completion given CUSTOM_TIMEOUT_S; a completion past it
+    raises RewardTimeout."""
+    results: list[Result] = [(0.0, None)] * len(completions)
+    items, places = [], []
+    for i, completion in enumerate(completions):
+        try:
+            items.append([prompts[i], completion_text(completion), references[i], rows[i]])
+            places.append(i)
+        except TypeError as e:
+            results[i] = (0.0, e)
+    answers = runner.custom(str(reward.file), reward.fn, items, CUSTOM_TIMEOUT_S)
+    if answers[0] is None or "error" in answers[0]:  # the file changed since it was checked
+        raise RewardError(f"Reward {reward.label!r} could not be imported: "
+                          f"{'it timed out' if answers[0] is None else answers[0]['error']}")  # fmt: skip
+    for i, item, answer in zip(places, items, answers[1:], strict=False):
+        if answer is None:
+            raise RewardTimeout(
+                f"Reward {reward.label!r} gave up after {CUSTOM_TIMEOUT_S:g} s on one completion "
+                f"({len(item[1])} characters): its function {reward.fn}() in {reward.file} did "
+                "not return. Look for a loop that never ends, or a slow call per completion."
+            )
+        results[i] = _custom_value(reward, answer)
+    return results
+
+
+def _custom_value(reward: Reward, answer: dict[str, Any]) -> Result:
+    """One answer of the helper's custom reward as score_one would have scored it."""
+    if "error" in answer:
+        return 0.0, RewardError(answer["error"], traceback=answer.get("traceback"))
+    if "not_number" in answer:
+        return 0.0, RewardError(
+            f"Reward {reward.label!r} returned {answer['not_number']} ({answer['type']}); a "
+            "reward must return a number."
+        )
+    value = answer["value"]
+    if isinstance(value, str):  # nan, inf
+        return 0.0, RewardError(
+            f"Reward {reward.label!r} returned {value}; a reward must be finite."
+        )
+    return float(value), None
+
+
 def _timed_out(reward: Reward, text: str) -> RewardTimeout:
     return RewardTimeout(
         f"Reward {reward.label!r} gave up after {REGEX_TIMEOUT_S:g} s on one completion "
@@ -169,7 +217,10 @@ class RewardErrors:
             tally.errors += 1
             if tally.first_traceback is None:
                 tally.first_error = f"{type(error).__name__}: {error}".splitlines()[0]
-                tally.first_traceback = "".join(traceback.format_exception(error))
+                # a custom reward's failure in the helper comes with the traceback it had there
+                tally.first_traceback = getattr(error, "traceback", None) or "".join(
+                    traceback.format_exception(error)
+                )
 
     def counts(self) -> dict[str, tuple[int, int]]:
         """name -> (calls, errors)."""
@@ -207,7 +258,9 @@ def score(
     """Score each completion with each reward; failures score 0 and are counted in `errors`.
 
     raise_timeouts: a regex that runs out of time on a completion raises RewardTimeout at once
-    instead (the dry run: it refuses the pattern rather than wait on every completion).
+    instead (the dry run: it refuses the pattern rather than wait on every completion), and a
+    custom reward's function runs in the reward helper with CUSTOM_TIMEOUT_S per completion, past
+    which it raises RewardTimeout too (the dry run runs in the app, which must not run it).
 
     >>> from dragonfarm_core.rewards.spec import reward
     >>> s = score([reward("numeric"), reward("length", max_chars=4, weight=0.5)],
@@ -234,6 +287,8 @@ def score(
 
         if r.type == "regex":
             results = _regex_results(r, completions, raise_timeouts)
+        elif r.type == "custom" and raise_timeouts:  # the dry run, in the app: out of process
+            results = _custom_results(r, prompts, completions, references, rows)
         elif r.type == "command" and n > 1:  # programs wait on I/O: run a few side by side
             with ThreadPoolExecutor(max_workers=min(n, os.cpu_count() or 1, 8)) as pool:
                 results = list(pool.map(attempt, range(n)))
