@@ -171,7 +171,8 @@ class LlamaCppBackend:
             self._defaults = generation_defaults(source_folder(self._gguf))
         return self._gguf
 
-    def _running(self) -> Any:
+    def running(self) -> Any:
+        """The LlamaServer on the GGUF, started if it is not running."""
         from dragonfarm_core.llamacpp.location import find_llama_cpp
         from dragonfarm_core.llamacpp.server import LlamaServer, LlamaServerError
 
@@ -231,7 +232,7 @@ class LlamaCppBackend:
         """`chat`'s reply with llama-server's finish_reason and token counts; `on_token` may
         raise `Cancelled` (the connection closes and llama-server stops decoding)."""
         for attempt in (1, 2):
-            server = self._running()
+            server = self.running()
             body = {"messages": messages, "stream": True,
                     "stream_options": {"include_usage": True},
                     **sampler_body(sampling, self._defaults, self.ctx)}  # fmt: skip
@@ -269,7 +270,7 @@ class LlamaCppBackend:
         """One reply per conversation, `slots` decoded at once by llama-server."""
         if not conversations:
             return []
-        self._running()  # started once, not by every thread
+        self.running()  # started once, not by every thread
         with ThreadPoolExecutor(self.slots) as pool:
             return list(pool.map(lambda ic: self.chat(None, ic[1], sampling.nth(ic[0])),
                                  enumerate(conversations)))  # fmt: skip

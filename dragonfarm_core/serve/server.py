@@ -26,7 +26,9 @@ does: the worker (or llama-server) ends with it and the worker's log is removed.
 
 A GGUF file is decoded by llama.cpp's own llama-server (`llama_server.LlamaServer`, on a
 private port of 127.0.0.1), behind this same API and its host and origin checks: the routes,
-the guards and the errors are the same whatever serves the tokens.
+the guards and the errors are the same whatever serves the tokens. Its context is `--ctx`
+tokens, and a prompt past it is refused the same way, counted by llama-server's own chat
+template and tokenizer (`llama_tokens`: no decoding) before the request takes its turn.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -87,6 +89,12 @@ WAITING = 16  # requests that may wait while one is answered (--queue)
 SHUTDOWN_GRACE_S = 3
 
 
+# Tokens a conversation takes as a prompt, or None when they cannot be counted here.
+PromptCounter = Callable[[list[Message]], int | None]
+# A model's context length (tokens) and its PromptCounter.
+Context = tuple[int | None, PromptCounter]
+
+
 class Serving(Backend, Protocol):
     """A backend `dragonfarm serve` can put behind the API: one that reports why a reply
     ended and its token counts (local, server, llama.cpp)."""
@@ -107,17 +115,19 @@ def build_api(
     base: bool = False,
     allowed_hosts: Sequence[str] | None = None,
     waiting: int = WAITING,
+    context: Context | None = None,
 ) -> FastAPI:
     """The API for one run or model; `name` is the model id clients pass (default: its name).
     `allowed_hosts`: the host names it answers to (default: loopback and
     DRAGONFARM_ALLOWED_HOSTS; see `http_guard.allowed_hosts`). `waiting`: how many requests
-    may wait while one is answered (more are told to retry: 429)."""
+    may wait while one is answered (more are told to retry: 429). `context`: the context
+    length and a prompt counter where the model's config.json and tokenizer are not here (a
+    GGUF: llama-server's own); by default both come from the model folder."""
     backend = backend or backend_local()
     target = target_for(x, base, backend)
     name = name or target.name
-    served = Served(
-        backend, target, name, context_length(target), vocab_size(target), Line(waiting)
-    )
+    limit, count = context or (context_length(target), partial(exact_tokens, spec=target.spec))
+    served = Served(backend, target, name, limit, count, vocab_size(target), Line(waiting))
     hosts = http_guard.allowed_hosts() if allowed_hosts is None else list(allowed_hosts)
     app = FastAPI(
         title=f"dragonfarm: {name}",
@@ -166,6 +176,7 @@ class Served:
     target: Target
     name: str
     limit: int | None
+    count: PromptCounter
     vocab: int | None
     line: Line
 
@@ -221,7 +232,7 @@ async def _chat_completions(request: Request, served: Served) -> Any:
     if isinstance(chat, JSONResponse):
         return chat
     if served.limit is not None:
-        prompt = await run_in_threadpool(exact_tokens, chat.messages, served.target.spec)
+        prompt = await run_in_threadpool(served.count, chat.messages)
         chat = chat if prompt is None else fit_context(chat, prompt, served.limit)
         if isinstance(chat, JSONResponse):
             return chat
@@ -248,7 +259,8 @@ async def _chat_completions(request: Request, served: Served) -> Any:
 
 
 def gguf_backend(path: str, name: str | None, ctx: int) -> tuple[Any, Serving, str]:
-    """(the llama-server decoding the GGUF `path`, a backend for it, the model's name)."""
+    """(the llama-server decoding the GGUF `path`, a backend for it, the model's name); its
+    context is `ctx` tokens, counted by `llama_tokens(server)`."""
     from dragonfarm_core.inference.server import backend_server
     from dragonfarm_core.llamacpp.location import find_llama_cpp
     from dragonfarm_core.llamacpp.server import LlamaServer
@@ -260,6 +272,22 @@ def gguf_backend(path: str, name: str | None, ctx: int) -> tuple[Any, Serving, s
     server = LlamaServer.start(find_llama_cpp(), gguf, threads=os.cpu_count() or 2, ctx=ctx,
                                log=gguf.parent / f".{gguf.name}.serve.log")  # fmt: skip
     return server, backend_server(f"{server.url}/v1", name, api_key=server.api_key), name
+
+
+def llama_tokens(server: Callable[[], Any]) -> PromptCounter:
+    """A prompt counter asking llama-server (`server()`, started if need be) for the tokens
+    its chat template and tokenizer make of a conversation: no decoding, milliseconds. None
+    when it cannot answer (the request then fails as the backend says)."""
+    from dragonfarm_core.llamacpp.server import LlamaServerError
+
+    def count(messages: list[Message]) -> int | None:
+        try:
+            running = server()
+            return len(running.tokenize(running.apply_template(messages)))
+        except (LlamaServerError, InferenceError, OSError, ValueError, KeyError):
+            return None
+
+    return count
 
 
 def merged_run_name(path: str) -> str | None:
@@ -305,6 +333,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     server, name = None, args.name or merged_run_name(args.model)
     backend: Serving | None = None
+    context: Context | None = None  # llama-server's: no config.json or tokenizer.json here
     try:
         hosts = http_guard.allowed_hosts(args.host, args.allowed_hosts)
         if args.queue < 0:
@@ -313,13 +342,15 @@ def _serve(args: argparse.Namespace) -> int:
             if args.base:
                 raise ValueError("--base serves a run's base model; a GGUF has only its own.")
             server, backend, name = gguf_backend(args.model, name, args.ctx)
+            context = (args.ctx, llama_tokens(lambda: server))
         elif args.llamacpp:  # the run's GGUF, exported on demand (inference/llamacpp.py)
             if args.base:
                 raise ValueError("--base needs the local worker; --llamacpp serves the run.")
-            backend = backend_llamacpp(args.model, ctx=args.ctx)
-            backend.gguf()  # export now (minutes, once), not in the first request
+            backend = llamacpp = backend_llamacpp(args.model, ctx=args.ctx)
+            llamacpp.gguf()  # export now (minutes, once), not in the first request
+            context = (args.ctx, llama_tokens(llamacpp.running))
         app = build_api(args.model, backend=backend, name=name, base=args.base,
-                        allowed_hosts=hosts, waiting=args.queue)  # fmt: skip
+                        allowed_hosts=hosts, waiting=args.queue, context=context)  # fmt: skip
     except (ValueError, OSError, TypeError, LlamaCppMissing, LlamaServerError, GGUFError,
             InferenceError) as e:  # fmt: skip
         if server is not None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import openai
+import pytest
 from openai import OpenAI
 
 from dragonfarm_core.export import merge as export
@@ -69,3 +71,40 @@ def test_base_makes_no_sense_for_a_gguf(tmp_path, capsys):
     gguf.write_bytes(b"GGUF")
     assert serve.main([str(gguf), "--base"]) == 2
     assert "a GGUF has only its own" in capsys.readouterr().err
+
+
+class GgufLike(Scripted):
+    """A backend with a model of its own and no model folder here, as a GGUF's llama-server."""
+
+    model = "m-f16"
+
+
+def test_a_ggufs_context_is_checked_with_its_own_counter_before_the_backend(tmp_path):
+    backend = GgufLike()
+    # Ten tokens a word, as llama_tokens would ask llama-server (tests/serve/test_serve_gguf.py
+    # does, against the real one).
+    app = serve.build_api(str(tmp_path / "m-f16.gguf"), backend=backend, name="m",
+                          context=(100, lambda m: 10 * len(m[-1]["content"].split())))  # fmt: skip
+    server, thread, url = serve_in_thread(app)
+    try:
+        client = OpenAI(base_url=url, api_key="none", max_retries=0)
+        long = [{"role": "user", "content": "word " * 20}]
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model="m", messages=long)
+        assert caught.value.code == "context_length_exceeded"
+        assert "maximum context length is 100 tokens" in caught.value.message
+        assert backend.calls == []  # refused before the backend was asked anything
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert backend.calls[-1][2].max_new_tokens == 90  # unset: what the context leaves
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_a_llama_server_that_cannot_count_leaves_the_check_to_it():
+    from dragonfarm_core.llamacpp.server import LlamaServerError
+
+    def down():
+        raise LlamaServerError("llama-server /tokenize answered 503: loading")
+
+    assert serve.llama_tokens(down)([{"role": "user", "content": "hi"}]) is None
