@@ -1,7 +1,9 @@
 """python bench/upload_memory.py [--rows 1000000] [--mb 197]
 
 Peak memory of loading the largest upload the app accepts, as the Data tab does: read the file
-(`dragon.dataset`) then build its report. The file is a CSV of the example tickets' texts
+(`dragon.dataset`) then build its report; and as the Mapping tab then does: map it (prompt
+`{subject}` and `{body}`, response `reply`) and build the mapped report, its tokens counted by
+the bundled model's tokenizer. The file is a CSV of the example tickets' texts
 recombined, `--rows` rows (the default row limit, DRAGONFARM_MAX_DATASET_ROWS) padded to about
 `--mb` MB (just under the Spaces profile's 200 MB upload cap). Each phase runs in a fresh
 process, so its peak resident memory (ru_maxrss) is its own; the baseline is a process that
@@ -21,10 +23,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TICKETS = ROOT / "assets" / "example_tickets.csv"
+BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 OUT = ROOT / "bench" / "out" / "upload_memory"
 
 PHASE = """
-import json, resource, sys, time
+import dataclasses, json, resource, sys, time
 import dragonfarm_core as dragon
 phase, path = sys.argv[1], sys.argv[2]
 started = time.monotonic()
@@ -32,6 +35,10 @@ if phase != "baseline":
     ds = dragon.dataset(path)
     if phase == "report":
         ds.report()
+    if phase == "map":
+        mapped = ds.map("{subject}\\n\\n{body}", "reply")
+        dataclasses.replace(mapped, frame=mapped.frame.head(1000)).rendered()  # the preview
+        mapped.report(tokenizer=sys.argv[3])
 print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "seconds": time.monotonic() - started}))
 """
@@ -56,7 +63,7 @@ def write_csv(path: Path, rows: int, target_mb: float, seed: int = 0) -> None:
 
 
 def phase(name: str, path: Path) -> dict:
-    done = subprocess.run([sys.executable, "-c", PHASE, name, str(path)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", PHASE, name, str(path), str(BUNDLED)], cwd=ROOT,
                           capture_output=True, text=True, check=True)  # fmt: skip
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -74,7 +81,7 @@ def main() -> None:
     print(f"{path.name}: {size_mb:.0f} MB, {args.rows:,} rows ({time.monotonic() - started:.0f} s)")
     base = phase("baseline", path)["peak_mb"]
     print(f"baseline (imports only): {base:.0f} MB")
-    for name in ("read", "report"):
+    for name in ("read", "report", "map"):
         got = phase(name, path)
         extra = got["peak_mb"] - base
         print(f"{name:>6}: peak {got['peak_mb']:.0f} MB, {extra:.0f} MB over the baseline = "

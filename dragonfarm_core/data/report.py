@@ -30,6 +30,9 @@ CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with BPE tokeniz
 # Bounds the report's time and memory on a dataset of a million rows (docs/BENCHMARKS.md).
 MAX_NEAR_ROWS = 100_000
 STAT_NAMES = ("min", "median", "p95", "max")
+# Texts tokenized at once: each encoding holds its ids, pieces and offsets (about 80 bytes a
+# token), which for a million rows at once came to most of the Mapping tab's peak memory.
+TOKEN_BATCH = 10_000
 
 
 @dataclass(frozen=True)
@@ -141,10 +144,15 @@ def load_tokenizer(tokenizer: Any) -> tuple[Any, str]:
 
 
 def count_tokens(texts: list[str], tokenizer: Any) -> list[int]:
-    """Token counts, without the tokenizer's own truncation or padding getting in the way."""
+    """Token counts, without the tokenizer's own truncation or padding getting in the way.
+    TOKEN_BATCH texts are encoded at a time, and only their counts kept."""
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    return [len(e.ids) for e in tokenizer.encode_batch_fast(texts, add_special_tokens=True)]
+    counts: list[int] = []
+    for start in range(0, len(texts), TOKEN_BATCH):
+        batch = texts[start : start + TOKEN_BATCH]
+        counts += [len(e.ids) for e in tokenizer.encode_batch_fast(batch, add_special_tokens=True)]
+    return counts
 
 
 def row_tokens(

@@ -10,6 +10,7 @@ with the longer of its two replies.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class ReportTexts:
-    keys: list[str] = field(default_factory=list)  # per usable row: the whole record as text
+    keys: list[bytes] = field(default_factory=list)  # per usable row: its whole record's digest
     similar: list[str] = field(default_factory=list)  # per usable row: its prompt side
     lengths: list[list[str]] = field(default_factory=list)  # per usable row: texts to measure
     rows: list[int] = field(default_factory=list)  # per usable row: its 0-based frame row
@@ -54,7 +55,7 @@ def report_texts(ds: Dataset) -> ReportTexts:
         out.empty = {c: int(frame[c].map(_blank).sum()) for c in ds.columns}
         for i, row in enumerate(frame.itertuples(index=False, name=None)):
             text = "\n".join(c for c in row if c is not None)
-            out.keys.append(json.dumps(row))
+            out.keys.append(_digest(json.dumps(row)))
             out.similar.append(text)
             out.lengths.append([text])
             out.rows.append(i)
@@ -66,11 +67,17 @@ def report_texts(ds: Dataset) -> ReportTexts:
         similar, lengths = _measure(rec)
         # Other columns (ids, say) travel in "fields" but do not make a prompt new.
         key = {k: v for k, v in rec.items() if k != "fields"}
-        out.keys.append(json.dumps(key, sort_keys=True))
+        out.keys.append(_digest(json.dumps(key, sort_keys=True)))
         out.similar.append(similar)
         out.lengths.append(lengths)
         out.rows.append(row)
     return out
+
+
+def _digest(text: str) -> bytes:
+    """16 bytes that tell records apart (exact duplicates are counted on them), not a second
+    copy of every row's text."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def _blank(cell: str | None) -> bool:

@@ -153,3 +153,26 @@ def test_markdown_has_a_header_row_and_names_the_tokenizer_by_its_model(tmp_path
     assert "| | |" not in md
     assert "| length in tokens (counted with the tokenizer of model) |" in md
     assert str(tmp_path) not in md  # an internal path is no row label
+
+
+def test_tokens_are_counted_a_batch_at_a_time(monkeypatch, word_tokenizer):
+    """A million rows' encodings at once (ids, pieces, offsets) were most of the Mapping tab's
+    peak memory (bench/upload_memory.py); a batch at a time, only the counts are kept."""
+    from dragonfarm_core.data import report as report_module
+
+    class Counting:  # what count_tokens uses of a tokenizers.Tokenizer, recording batch sizes
+        def __init__(self, tok: Tokenizer) -> None:
+            self.tok, self.sizes = tok, []
+
+        def no_truncation(self) -> None: ...
+
+        def no_padding(self) -> None: ...
+
+        def encode_batch_fast(self, texts, add_special_tokens):
+            self.sizes.append(len(texts))
+            return self.tok.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
+
+    monkeypatch.setattr(report_module, "TOKEN_BATCH", 4)
+    counting = Counting(word_tokenizer)
+    assert report_module.count_tokens(["hello world"] * 10 + ["hello"], counting) == [2] * 10 + [1]
+    assert counting.sizes == [4, 4, 3]
