@@ -71,6 +71,7 @@ def _answer(out: Any, file: str, fn: str, items: list[list[Any]]) -> None:
     out.write(json.dumps({"loaded": True}) + "\n")
     out.flush()
     for prompt, completion, reference, row in items:
+        answer: dict[str, Any]
         try:
             value = func(prompt, completion, reference, row)
         except Exception as e:
@@ -94,9 +95,10 @@ def _lines(fd: int, n: int, timeout: float) -> list[dict[str, Any] | None]:
     while len(answers) < n:
         while b"\n" in buffer and len(answers) < n:
             line, _, buffer = buffer.partition(b"\n")
-            answers.append(json.loads(line))
+            answer = json.loads(line)
+            answers.append(answer)
             deadline = time.monotonic() + timeout
-            if "error" in answers[0]:
+            if len(answers) == 1 and "error" in answer:
                 return answers
         if len(answers) == n:
             break
