@@ -37,6 +37,8 @@ from dragonfarm_core.training.train import resume, start
 POLL_S = 0.5
 CANCEL_TIMEOUT_S = 120.0
 JUDGE_KEY = "judge"
+# Held-out figures a pruned sweep's trial logs in a run (see Sweeper.evaluated_often).
+EVALUATIONS = 8
 
 
 class SweepCancelled(Exception):
@@ -70,7 +72,23 @@ class Sweeper:
         if self._dataset is None:
             self._dataset = dataset_from_spec(spec.dataset)
         name = f"{self.record['name']}-t{trial.number}"
-        return dataclasses.replace(spec, dataset=self._dataset, name=name)
+        spec = dataclasses.replace(spec, dataset=self._dataset, name=name)
+        return self.evaluated_often(spec) if self.record["prune"] else spec
+
+    def evaluated_often(self, spec: RunSpec) -> RunSpec:
+        """The spec with the held-out figure logged EVALUATIONS times a run (the trainer's
+        default is 4) where its settings leave eval_steps unset: the pruner can stop a trial
+        only where it reports, so more reports stop a bad one sooner. The held-out rows are
+        scored without changing the training: the result is the same run's."""
+        args = spec.args
+        assert args is not None  # RunSpec fills it
+        if args.extra.get("eval_steps") is not None:
+            return spec
+        n_train = len(self._dataset.split_records()[0])
+        per_epoch = math.ceil(n_train / (args.batch_size * args.grad_accum))
+        total = args.max_steps or math.ceil(per_epoch * args.epochs)
+        extra = {**args.extra, "eval_steps": max(1, total // EVALUATIONS)}
+        return dataclasses.replace(spec, args=dataclasses.replace(args, extra=extra))
 
     def start_trial(self) -> None:
         trial = self.study.ask(self.space)
