@@ -9,7 +9,7 @@ import dragonfarm_core as dragon
 from dragonfarm_core.export import jobs as export_jobs
 from dragonfarm_core.rundir import files, pipeline_record
 from dragonfarm_core.synthesis import files as synthesis_files
-from tests.lineage.conftest import finish
+from tests.lineage.loop import finish
 
 
 def succeeded_job(run: dragon.Run, kind: str, result: dict | None = None, **status) -> None:
@@ -51,7 +51,7 @@ def test_a_synthesized_set_links_to_its_student_run_and_the_run_trained_on_it(ch
 
 
 def test_a_merge_elsewhere_and_a_published_repo_come_from_the_jobs_records(chain, tmp_path):
-    from tests.lineage.conftest import merged
+    from tests.lineage.loop import merged
 
     elsewhere = tmp_path / "my-model"
     merged(chain.sft)  # a complete merged/ to copy the marker from

@@ -1,4 +1,5 @@
-"""The Runs tab: every run as a table; open one in the Monitor, archive, unarchive or delete it.
+"""The Runs tab: every run as a table; open one in the Monitor, archive, unarchive or delete it,
+or draw its lineage (`ui.lineage_panel`).
 
 Archive and delete go through `dragon.archive_run` / `dragon.delete_run`, which refuse a run
 that is queued or running, or that another run continues from; the refusal is shown as is. The
@@ -21,7 +22,7 @@ import gradio as gr
 import dragonfarm_core as dragon
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.rundir import files, refs, store
-from ui import per_user, present, remote_panel, table_widths, watch
+from ui import lineage_panel, per_user, present, remote_panel, table_widths, watch
 from ui.context import AppContext
 
 TITLE = "Runs"
@@ -189,6 +190,7 @@ def build(ctx: AppContext) -> None:
                 elem_id="runs-archived-id",
             )
             restorer = gr.Button("Unarchive", scale=1, elem_id="runs-unarchive")
+    lineage = lineage_panel.build(ctx)
     # lab: an admin sees every user's runs here, read-only (filled when the page loads).
     everyone = gr.Dataframe(label="Every user's runs (admin, read-only)", interactive=False,
                             wrap=True, visible=False, elem_id="runs-all-users")  # fmt: skip
@@ -222,6 +224,7 @@ def build(ctx: AppContext) -> None:
         reload, pickers, listing
     )
     remote_panel.wire_import(ctx, importing, chosen, code)
+    lineage_panel.wire(ctx, lineage, chosen, archived, code, message)
     # A force offered for one run must not carry over to another.
     chosen.change(no_force, None, force)
     timer.tick(
