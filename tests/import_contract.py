@@ -39,6 +39,12 @@ APP_FACING: dict[str, str] = {
         "code panels: literal, dataset_code, runs_dir_argument, portable (what dragon.code uses)"
     ),
     "dragonfarm_core.codegen.run": "code panels: the script dragon.code(run) writes, for the Train tab",
+    "dragonfarm_core.codegen.sweep": "code panels: the base run's spec lines of the Train tab's "
+    "sweep script",
+    "dragonfarm_core.rundir.sweep_record": "the Compare tab's sweep plots: where its Optuna "
+    "study (study.db) is, and its trials' runs",
+    "dragonfarm_core.sweeps.space": "the Train tab's Sweep: the settings a sweep can vary, the "
+    "samplers and the objectives a spec produces",
     "dragonfarm_core.codegen.bundle": "code panels: the bundle/remote/import_results scripts of "
     "Run elsewhere and Import",
     "dragonfarm_core.export.summary": "the Export tab: the files a run's exports wrote, with "

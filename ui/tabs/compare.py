@@ -6,6 +6,9 @@ With no run picked, the table holds every run in the runs folder. The picker tak
 (its choices follow the runs folder), so every run a handler is given is resolved with
 `refs.resolve_run` in the app's runs dir first: one outside it is refused on the page, nothing
 of it is read, and no call naming it goes into the code panel. Drawing is in `ui.compare_view`.
+
+A sweep picked under Sweeps shows its trials ranked by its objective, the best marked, and
+Optuna's parameter-importance and parallel-coordinate plots of its study (`ui.sweep_view`).
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from typing import Any
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core.codegen.run import compare_code
-from dragonfarm_core.rundir import files, refs
-from ui import compare_view, present, table_widths, watch
+from dragonfarm_core.codegen.run import compare_code, home_argument
+from dragonfarm_core.rundir import files, refs, sweep_record
+from ui import compare_view, present, sweep_panel, sweep_view, table_widths, watch
 from ui.context import AppContext
 
 TITLE = "Compare"
@@ -36,6 +39,7 @@ NO_PAIR = (
 SAME_PAIR = "A and B are the same run; pick two different runs."
 NO_SHARED = "The two runs have no samples for the same prompts (samples.json)."
 CODE_HINT = "# The Python that builds this table appears here."
+NO_SWEEP = "Pick a sweep: its trials ranked by its objective, and what mattered."
 
 
 def run_choices(runs_dir: Path) -> list[tuple[str, str]]:
@@ -159,6 +163,66 @@ def show(
     )
 
 
+def sweep_choices(runs_dir: Path, current: str | None) -> Any:
+    """The sweep picker was opened -> its choices, the pick kept while it is listed."""
+    listed = sweep_panel.choices(runs_dir)
+    keep = current if current in {value for _, value in listed} else None
+    return gr.update(choices=listed, value=keep)
+
+
+def _study(path: Path, record: dict[str, Any]) -> Any:
+    """The sweep's Optuna study, read from its study.db (None before the sweep opened it)."""
+    db = sweep_record.study_path(path)
+    if not db.is_file():  # load_study would make an empty one
+        return None
+    import optuna  # on first use: the app starts without it
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(storage=f"sqlite:///{db}", study_name=record["id"])
+
+
+def _figures(path: Path, record: dict[str, Any]) -> tuple[Any, Any, str]:
+    try:
+        study = _study(path, record)
+        if study is None:
+            return None, None, sweep_view.NO_PLOTS
+        return sweep_view.study_figures(study, record)
+    except Exception as e:  # noqa: BLE001 (Optuna's and SQLite's errors alike: only the plots are lost)
+        return None, None, f"The plots cannot be drawn: {type(e).__name__}: {e}"
+
+
+def show_sweep(ref: str | None, *, runs_dir: Path) -> tuple[Any, ...]:
+    """A sweep picked -> (ranked trials, note, importance plot, parallel plot, code, error)."""
+    hidden = gr.update(value=None, visible=False)
+    if not ref:
+        table = gr.update(visible=False)
+        return table, present.hint_html(NO_SWEEP), hidden, hidden, gr.skip(), ""
+    try:
+        path = sweep_panel.resolve_sweep(ref, runs_dir)
+        record = dragon.open_sweep(path).status()
+    except ERRORS as e:
+        return _refused(e, 5)
+    importance, parallel, missing = _figures(path, record)
+    ranked = sweep_view.ranked_table(record)
+    done = sweep_view.complete_trials(record)
+    note = (
+        f"{sweep_view.header_markdown(record)}  \n{sweep_view.BEST} marks the best of "
+        f"{done} complete trial{'s' if done != 1 else ''}; pruned and failed trials follow."
+    )
+    if missing:
+        note += f"  \n{missing}"
+    code = sweep_view.compare_code(record, str(sweep_record.study_path(path)),
+                                   home_argument(runs_dir))  # fmt: skip
+    return (
+        table_widths.fitted(ranked, visible=True),
+        note,
+        gr.update(value=importance, visible=importance is not None),
+        gr.update(value=parallel, visible=parallel is not None),
+        code,
+        present.error_html(""),
+    )
+
+
 def _widgets() -> dict[str, Any]:
     """Every component of the tab, by name, in page order."""
     w: dict[str, Any] = {}
@@ -192,6 +256,18 @@ def _widgets() -> dict[str, Any]:
     w["samples"] = gr.Dataframe(label="The same held-out prompts: the data's reply, A's, B's",
                                 interactive=False, visible=False, wrap=True,
                                 elem_id="compare-samples")  # fmt: skip
+    with gr.Accordion("Sweeps", open=True):
+        w["sweep"] = gr.Dropdown([], value=None, label="Sweep", allow_custom_value=True,
+                                 info="Open the list to refresh it. Its runs side by side: "
+                                 "pick them in Runs above.", elem_id="compare-sweep")  # fmt: skip
+        w["sweep_note"] = gr.Markdown(present.hint_html(NO_SWEEP), elem_id="compare-sweep-note")
+        w["ranked"] = gr.Dataframe(label="Trials, best first", interactive=False,
+                                   visible=False, wrap=True, elem_id="compare-ranked")  # fmt: skip
+        with gr.Row():
+            w["importance"] = gr.Plot(label="Parameter importance", visible=False,
+                                      elem_id="compare-importance")  # fmt: skip
+            w["parallel"] = gr.Plot(label="Parallel coordinates", visible=False,
+                                    elem_id="compare-parallel")  # fmt: skip
     w["code"] = gr.Code(CODE_HINT, language="python", label="Python", interactive=False,
                         show_line_numbers=False, elem_id="compare-code")  # fmt: skip
     return w
@@ -209,6 +285,9 @@ def build(ctx: AppContext) -> None:
     w["picker"].focus(partial(refresh_runs, inside), [seen, w["picker"]], [w["picker"], seen])
     for changed in (w["curve"], w["axis"]):
         changed.change(partial(curves, runs_dir=inside), inputs[:3], [w["chart"], w["error"]])
+    swept = [w[k] for k in ("ranked", "sweep_note", "importance", "parallel", "code", "error")]  # fmt: skip
+    w["sweep"].input(partial(show_sweep, runs_dir=inside), w["sweep"], swept)
+    w["sweep"].focus(partial(sweep_choices, inside), w["sweep"], w["sweep"])
     for changed in (w["a"], w["b"]):
         changed.input(
             partial(pair, runs_dir=inside),

@@ -13,7 +13,8 @@ code of the run it starts. GRPO's rewards come from the rewards builder (`ui.rew
 and the dry run scores a few sampled completions with them (`dragon.test_rewards`) before any
 training. The "continue from" picker takes any text; Start, the dry run and the code panel
 resolve it in the app's runs dir (`refs.resolve_run`), so a run outside it is refused and never
-shown as code.
+shown as code. The Sweep choice (`ui.sweep_panel`) starts `dragon.sweep` on the same spec
+instead: several runs that vary some of its settings, watched below it.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ui import (
     present,
     queue_panel,
     remote_panel,
+    sweep_panel,
     train_defaults,
     watch,
 )
@@ -353,9 +355,13 @@ def build(ctx: AppContext) -> None:
         hardware_widgets = settings_fields(Hardware)
         offer_devices(list(hardware_widgets.values()))
     memory_box = gr.HTML(elem_id="train-memory")  # the preflight estimate, as settings change
-    with gr.Row():
+    mode = gr.Radio(list(sweep_panel.MODES), value=sweep_panel.MODES[0], label="Train",
+                    info="One run with these settings, or a sweep: several runs that vary "
+                    "some of them, ranked by an objective.", elem_id="train-mode")  # fmt: skip
+    with gr.Row() as start_row:
         go = gr.Button("Start training", variant="primary", elem_id="train-start", scale=2)
         elsewhere = remote_panel.elsewhere_controls()  # bundles instead, for a cloud GPU
+    sweep_box, sweep_widgets = sweep_panel.place()
     elsewhere_shown = remote_panel.elsewhere_outputs()
     started = gr.Markdown(elem_id="train-started")
     to_monitor = gr.Button(
@@ -388,6 +394,7 @@ def build(ctx: AppContext) -> None:
         to_monitor.click(open_monitor, None, ctx.tabs)
     checked = partial(checked_spec, profile=ctx.profile)
     remote_panel.wire_elsewhere(ctx, elsewhere, elsewhere_shown, form, code, checked)
+    sweep_panel.wire(ctx, sweep_box, sweep_widgets, form, checked, mode, [start_row, code])
     changes = [w.change for w in named.components(form)]
     gr.on(
         changes,

@@ -1,0 +1,314 @@
+"""The Train tab's Sweep: vary some of the run's settings over several runs, and watch them.
+
+Start sweep reads the same widgets as Start (the Train tab's `read_spec`, passed in: tabs do
+not import each other) plus the sweep form (`ui.sweep_form`), and calls `dragon.sweep`, which
+checks the space, sampler, trial count and objective before anything is queued and returns as
+soon as the sweep's job is spawned; a refusal (`dragon.SweepError`) shows in the error box
+and nothing is queued. The watch part shows one sweep, picked from `dragon.list_sweeps`: its
+header, its trials as they run (`ui.sweep_view`), its log, its code, Cancel and Resume. All of
+it is read from the sweep's record, so a reloaded page or a second browser sees the same; a
+`gr.Timer`, ticking only while the Sweep choice is shown, re-reads the record only when it
+changed (or, while the sweep is active, every LIVENESS_S: how a dead sweep is noticed).
+
+The picker takes any text, so every handler resolves what it names inside the runs dir's
+sweeps/ folder first (`resolve_sweep`); what lies outside is refused and never read.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+import dragonfarm_core as dragon
+from dragonfarm_core.auth.profiles import Profile
+from dragonfarm_core.codegen.run import comment_lines
+from dragonfarm_core.rundir import files, refs
+from ui import named, present, queue_panel, sweep_form, sweep_view
+from ui.context import AppContext
+
+TICK_S = 1.0
+LIVENESS_S = 10.0
+LOG_LINES = 20
+ACTIVE = ("queued", "running")
+RESUMABLE = ("failed", "cancelled")
+ERRORS = (FileNotFoundError, RuntimeError, ValueError, TypeError, OSError)  # SweepError too
+RECORD_SUFFIX = ".json"  # sweeps/<id>.json (dragonfarm_core.rundir.sweep_record)
+NO_SWEEP = "No sweep yet: choose what to vary above and press Start sweep."
+CODE_HINT = (
+    "# Map a dataset and choose what to vary; the Python that starts the sweep appears here."
+)
+MODES = ("One run", "Sweep")
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What this page last read: which sweep, at which version, when, was it active."""
+
+    ref: str | None
+    version: Any
+    read_at: float
+    active: bool
+
+
+def resolve_sweep(ref: str | None, runs_dir: Path) -> Path:
+    """The record a page names (its id, or its path) in `runs_dir`/sweeps/; raises
+    OutsideFolderError (a ValueError) for one outside, FileNotFoundError for none there."""
+    home = (runs_dir / files.SWEEPS_DIR).resolve()
+    text = (ref or "").strip()
+    if not text:
+        raise ValueError("No sweep given: pick one of the listed sweeps.")
+    bare = len(Path(text).parts) == 1 and not text.endswith(RECORD_SUFFIX)
+    path = refs.resolve_inside(f"{text}{RECORD_SUFFIX}" if bare else text, home, "sweeps folder")
+    if path.parent != home or path.suffix != RECORD_SUFFIX or not path.is_file():
+        raise FileNotFoundError(f"No sweep {text!r} in {home}; pick one of the listed ones.")
+    dragon.open_sweep(path)  # raises FileNotFoundError for a file that is not a record
+    return path
+
+
+def choices(runs_dir: Path) -> list[tuple[str, str]]:
+    """Every sweep, newest first, as (label, record path)."""
+    return [(sweep_view.choice_label(row), row["path"]) for row in dragon.list_sweeps(runs_dir)]
+
+
+# ---- the code ----------------------------------------------------------------------------------
+
+
+def _code(path: Path) -> str:
+    try:
+        return present.portable_code(dragon.code(path))
+    except (ValueError, TypeError, OSError) as e:
+        return comment_lines(f"The code cannot be written for this sweep: {e}")
+
+
+# ---- start, preview ----------------------------------------------------------------------------
+
+
+def _arguments(read_spec: Callable[..., dragon.RunSpec], sweep: Mapping[str, Any],
+               runs_dir: Path, values: Mapping[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """The widgets' values -> `dragon.sweep`'s arguments (spec, space, ...)."""
+    spec = read_spec(**values, runs_dir=runs_dir)
+    return {"spec": spec, "space": sweep_form.read_space(sweep["rows"], spec.method),
+            "sampler": sweep["sampler"], "n_trials": sweep_form.read_trials(sweep["trials"]),
+            "objective": (sweep["objective"] or "").strip() or "eval_loss",
+            "name": (values.get("name") or "").strip() or "sweep"}  # fmt: skip
+
+
+def start_sweep(
+    read_spec: Callable[..., dragon.RunSpec], sweep: Mapping[str, Any], *, runs_dir: Path,
+    profile: Profile | None = None, **values: Any,
+) -> tuple[Any, ...]:  # fmt: skip
+    """Start sweep -> (picker, what started, code, error box); returns once its job is
+    spawned. A refusal leaves everything as it was, with nothing queued."""
+    try:
+        if profile and (over := queue_panel.cap_refusal(profile, runs_dir)):
+            raise RuntimeError(over)
+        args = _arguments(read_spec, sweep, runs_dir, values)
+        s = dragon.sweep(**args, runs_dir=runs_dir)
+    except ERRORS as e:
+        gr.Warning(html.escape(str(e).splitlines()[0]))
+        return gr.skip(), gr.skip(), gr.skip(), present.error_html(str(e))
+    picked = gr.update(choices=choices(runs_dir), value=str(s.path))
+    started = f"Started sweep **`{s.id}`**: its trials are below, and ranked in Compare."
+    return picked, started, _code(s.path), ""
+
+
+def preview(read_spec: Callable[..., dragon.RunSpec], mode: str, sweep: Mapping[str, Any], *,
+            runs_dir: Path, **values: Any) -> tuple[Any, Any]:  # fmt: skip
+    """A widget changed -> (code, objective choices) while the Sweep choice is shown; a value
+    the sweep would refuse shows the hint (Start sweep says what is wrong)."""
+    if mode != "Sweep":
+        return gr.skip(), gr.skip()
+    try:
+        spec = read_spec(**values, runs_dir=runs_dir)
+    except ERRORS:
+        return CODE_HINT, gr.skip()
+    objectives = sweep_form.objective_choices(spec)
+    current = (sweep["objective"] or "").strip()
+    picker = gr.update(choices=objectives,
+                       value=current if current in objectives else objectives[0])  # fmt: skip
+    try:
+        args = _arguments(read_spec, sweep, runs_dir, values)
+    except ERRORS as e:
+        return comment_lines(f"Start sweep cannot run yet: {e}"), picker
+    return sweep_view.preview_code(**args, runs_dir=runs_dir), picker
+
+
+# ---- the watch ---------------------------------------------------------------------------------
+
+
+def _version(path: Path) -> Any:
+    """Changes whenever the record is written (after every trial's report and state)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+def _empty(message: str, seen: Seen, error: str = "") -> tuple[Any, ...]:
+    off = gr.update(interactive=False)
+    table = pd.DataFrame(columns=["trial", "state"])
+    return message, table, "", off, off, present.error_html(error), seen
+
+
+def show(ref: str | None, message: str = "", *, runs_dir: Path) -> tuple[Any, ...]:
+    """Read a sweep -> (header, trials, log, cancel, resume, error, seen)."""
+    now = time.monotonic()
+    if not ref:
+        return _empty(present.hint_html(NO_SWEEP), Seen(None, None, now, False))
+    try:
+        path = resolve_sweep(ref, runs_dir)
+    except ValueError as e:  # outside the sweeps folder, or blank
+        return _empty(present.hint_html(NO_SWEEP), Seen(ref, None, now, False), str(e))
+    except FileNotFoundError as e:
+        return _empty(present.hint_html(str(e)), Seen(ref, None, now, False))
+    version = _version(path)  # before reading: a write during the read shows next tick
+    s = dragon.open_sweep(path)
+    record = s.status()  # a sweep whose process died is reported failed here
+    status = record.get("status")
+    return (
+        sweep_view.header_markdown(record, datetime.now(UTC)),
+        sweep_view.progress_table(record),
+        "\n".join(s.logs(LOG_LINES)),
+        gr.update(interactive=status in ACTIVE, value="Cancel"),
+        gr.update(interactive=status in RESUMABLE),
+        present.error_html(message),
+        Seen(ref, version, now, status in ACTIVE),
+    )
+
+
+def tick(ref: str | None, seen: Seen | None, *, runs_dir: Path) -> tuple[Any, ...]:
+    """Timer tick: read the sweep only when it changed, or it is active and due a look."""
+    if seen is not None and seen.ref == ref:
+        try:
+            version = _version(resolve_sweep(ref, runs_dir)) if ref else None
+        except (FileNotFoundError, ValueError):
+            version = None
+        due = seen.active and time.monotonic() - seen.read_at >= LIVENESS_S
+        if version == seen.version and not due:
+            return (gr.skip(),) * 7
+    return show(ref, runs_dir=runs_dir)
+
+
+def cancel(ref: str | None, *, runs_dir: Path) -> tuple[Any, ...]:
+    """Cancel: asks the sweep to stop (the trial training keeps a checkpoint); returns at once."""
+    try:
+        dragon.sweep_cancel(resolve_sweep(ref, runs_dir), wait=False)
+    except ERRORS as e:
+        return show(ref, str(e), runs_dir=runs_dir)
+    return show(ref, runs_dir=runs_dir)
+
+
+def resume(ref: str | None, *, runs_dir: Path) -> tuple[Any, ...]:
+    """Resume a failed or cancelled sweep from the trial it was training, in the background."""
+    try:
+        dragon.resume_sweep(resolve_sweep(ref, runs_dir))
+    except ERRORS as e:
+        gr.Warning(html.escape(str(e).splitlines()[0]))
+        return show(ref, str(e), runs_dir=runs_dir)
+    return show(ref, runs_dir=runs_dir)
+
+
+def refresh_choices(runs_dir: Path, seen: Any, current: str | None) -> tuple[Any, Any]:
+    """Timer tick -> (picker update, version seen): new sweeps appear; with none picked, the
+    newest is shown (so a reloaded page reattaches). Reads nothing while none changed."""
+    try:
+        version = (runs_dir / files.SWEEPS_DIR).stat().st_mtime_ns
+    except OSError:
+        version = -1  # no sweeps yet (None is "never looked")
+    if version == seen:
+        return gr.skip(), gr.skip()
+    listed = choices(runs_dir)
+    values = [value for _, value in listed]
+    keep = current if current in values else (values[0] if values else None)
+    return gr.update(choices=listed, value=keep), version
+
+
+def switch(mode: str, n_single: int = 1) -> tuple[Any, ...]:
+    """One run or Sweep -> (the sweep's box, the sweep's timer, then each of the one run's
+    `n_single` widgets: Start's row, its code)."""
+    sweeping = mode == "Sweep"
+    one = gr.update(visible=not sweeping)
+    return gr.update(visible=sweeping), gr.Timer(active=sweeping), *(one,) * n_single
+
+
+def _widgets(method: str) -> dict[str, Any]:
+    """The sweep's box, by name: its form, Start sweep, then the watch."""
+    w: dict[str, Any] = {"form": sweep_form.form_widgets(method)}
+    w["start"] = gr.Button("Start sweep", variant="primary", elem_id="sweep-start")
+    w["started"] = gr.Markdown(elem_id="sweep-started")
+    w["error"] = gr.HTML(elem_id="sweep-error")
+    with gr.Row():
+        w["picker"] = gr.Dropdown([], value=None, label="Sweep", scale=4,
+                                  allow_custom_value=True,  # each pick is checked
+                                  elem_id="sweep-picker")  # fmt: skip
+        w["cancel"] = gr.Button("Cancel", interactive=False, scale=1, elem_id="sweep-cancel")
+        w["resume"] = gr.Button("Resume", interactive=False, scale=1, elem_id="sweep-resume")
+    w["header"] = gr.Markdown(present.hint_html(NO_SWEEP), elem_id="sweep-header")
+    w["trials"] = gr.Dataframe(pd.DataFrame(columns=["trial", "state"]), label="Trials",
+                               interactive=False, wrap=True, elem_id="sweep-trials")  # fmt: skip
+    w["log"] = gr.Textbox(label=f"Log (last {LOG_LINES} lines)", lines=5, max_lines=5,
+                          autoscroll=True, interactive=False, elem_id="sweep-log")  # fmt: skip
+    w["code"] = gr.Code(CODE_HINT, language="python", label="Python", interactive=False,
+                        show_line_numbers=False, elem_id="sweep-code")  # fmt: skip
+    return w
+
+
+def place() -> tuple[Any, dict[str, Any]]:
+    """The sweep's box (hidden until the Sweep choice), and its widgets by name."""
+    with gr.Group(visible=False, elem_id="sweep-box") as box:
+        w = _widgets("sft")
+    return box, w
+
+
+def picked_code(ref: str | None, *, runs_dir: Path) -> Any:
+    """A sweep picked -> its code."""
+    try:
+        return _code(resolve_sweep(ref, runs_dir))
+    except (FileNotFoundError, ValueError):
+        return gr.skip()
+
+
+def wire(ctx: AppContext, box: Any, w: dict[str, Any], form: named.Form,
+         read_spec: Callable[..., dragon.RunSpec], mode: Any, single: list[Any]) -> None:  # fmt: skip
+    """The sweep's events: `form` is Start's widgets, by name; `mode` shows the box in place
+    of the one run's widgets `single` (Start's row, its code)."""
+    inside = ctx.runs_dir  # every handler resolves what the page names in it
+    timer = gr.Timer(TICK_S, active=False)  # ticks only while the Sweep choice is shown
+    seen, seen_list = gr.State(None), gr.State(None)
+    view = [w[k] for k in ("header", "trials", "log", "cancel", "resume", "error")] + [seen]
+    quiet: dict[str, Any] = {"show_progress": "hidden"}
+    mode.change(partial(switch, n_single=len(single)), mode, [box, timer, *single])
+    rows = w["form"]["rows"]
+    pickers = {"method": form["method"], "pickers": {i: r["setting"] for i, r in rows.items()}}
+    form["method"].change(named.handler(sweep_form.follow_method, pickers),
+                          named.inputs(pickers), named.components(pickers["pickers"]))  # fmt: skip
+    full = {**form, "sweep": w["form"]}
+    w["start"].click(
+        named.handler(partial(start_sweep, read_spec, runs_dir=inside, profile=ctx.profile),
+                      full),
+        named.inputs(full),
+        [w["picker"], w["started"], w["code"], w["error"]],
+    )  # fmt: skip
+    watched = {"mode": mode, **full}
+    gr.on([c.change for c in named.components(watched)],
+          named.handler(partial(preview, read_spec, runs_dir=inside), watched),
+          named.inputs(watched), [w["code"], w["form"]["objective"]],
+          trigger_mode="always_last", **quiet)  # fmt: skip
+    w["picker"].change(partial(show, runs_dir=inside), w["picker"], view, **quiet)
+    w["picker"].input(partial(picked_code, runs_dir=inside), w["picker"], w["code"])
+    timer.tick(partial(tick, runs_dir=inside), [w["picker"], seen], view, **quiet)
+    timer.tick(partial(refresh_choices, inside), [seen_list, w["picker"]],
+               [w["picker"], seen_list], **quiet)  # fmt: skip
+    w["cancel"].click(lambda: gr.update(value="Cancelling…", interactive=False), None,
+                      w["cancel"]).then(partial(cancel, runs_dir=inside), w["picker"], view)  # fmt: skip
+    w["resume"].click(partial(resume, runs_dir=inside), w["picker"], view)
