@@ -4,6 +4,7 @@ dragonfarm train DATA --model MODEL --prompt T --response T [--epochs 2 ...] [--
 dragonfarm generate RUN_OR_MODEL PROMPT... [--file prompts.txt]   # replies, printed
 dragonfarm chat RUN_OR_MODEL                     # talk in the terminal (/help lists commands)
 dragonfarm runs | status RUN | cancel RUN | resume RUN [--wait]
+dragonfarm lineage RUN_OR_FILE [--json]          # what it came from, what came from it
 dragonfarm merge RUN [--out DIR]                 # a standalone model folder (plain transformers)
 dragonfarm export-gguf RUN_OR_DIR [--quant q8_0] [--out FILE]   # llama.cpp's GGUF, checked
 dragonfarm publish RUN REPO [--what adapter] [--private]   # to the Hugging Face Hub, with a card
@@ -31,6 +32,7 @@ from typing import Any
 import dragonfarm_core as dragon
 from dragonfarm_core.auth.http_guard import ALLOWED_HOSTS_HELP, FORWARDED_ALLOW_IPS_HELP
 from dragonfarm_core.auth.profiles import profile_names
+from dragonfarm_core.cli import lineage as cli_lineage
 from dragonfarm_core.cli import pack as cli_pack
 from dragonfarm_core.cli import pipeline as cli_pipeline
 from dragonfarm_core.cli import sweep as cli_sweep
@@ -311,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_pipeline.add_commands(sub, _command, _runs_dir_flag)
     cli_sweep.add_commands(sub, _command, _runs_dir_flag)
     cli_pack.add_commands(sub, _command, _runs_dir_flag)
+    cli_lineage.add_commands(sub, _command, runs_dir_default)
     cli_users.add_commands(sub, _command)
 
     p = _command(sub, "check", "report versions, the training device and why", _check)

@@ -59,11 +59,9 @@ def read_graph(runs_dir: Path) -> Graph:
 RUNS_DIR_FOLDERS = (files.FEEDBACK_DIR, files.SYNTHETIC_DIR, files.PIPELINES_DIR)
 
 
-def _home(ref: Any, runs_dir: Any) -> Path:
-    """The runs dir to read: the one given, else the one a path lies in (a run folder or a file
-    under one, feedback/, synthetic/, pipelines/), else the configured one."""
-    if runs_dir is not None and str(runs_dir).strip():
-        return location.runs_dir(runs_dir)
+def runs_dir_of(ref: Any) -> Path | None:
+    """The runs dir a path lies in (a run folder or a file under one, feedback/, synthetic/,
+    pipelines/), or None."""
     if isinstance(ref, str | os.PathLike) and len(Path(ref).parts) > 1:
         path = real(ref)
         for folder in [path, *path.parents][:4]:
@@ -71,7 +69,14 @@ def _home(ref: Any, runs_dir: Any) -> Path:
                 return store.run_home(folder)
             if folder.name in RUNS_DIR_FOLDERS and folder != path:
                 return folder.parent
-    return location.runs_dir(None)
+    return None
+
+
+def _home(ref: Any, runs_dir: Any) -> Path:
+    """The runs dir to read: the one given, else the one `ref` lies in, else the configured."""
+    if runs_dir is not None and str(runs_dir).strip():
+        return location.runs_dir(runs_dir)
+    return runs_dir_of(ref) or location.runs_dir(None)
 
 
 def _as_path(x: Any) -> Any:
