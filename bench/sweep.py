@@ -1,11 +1,11 @@
-"""python bench/sweep.py [--runs-dir DIR] [--lrs 1e-3,2.5e-3,5e-3,1e-2] [--ranks 8,16]
+"""python bench/sweep.py [--runs-dir DIR] [--lrs 5e-4,1e-3,2.5e-3,5e-3,1e-2] [--ranks 8,16]
 
 Does a sweep pay? On the bundled model and the example tickets (SFT, 10 % held out), through
 the public API as a user would run it:
 
 - the recommended settings' run (`dragon.recommended`: lr 5e-3, r 16; one epoch here, --epochs
   for more, the same for every run): its held-out loss is the figure to match;
-- a grid sweep over learning rate x LoRA rank (8 trials by default, the recommended point among
+- a grid sweep over learning rate x LoRA rank (10 trials by default, the recommended point among
   them) with Optuna's median pruner (the default: a trial whose held-out loss is worse than the
   median of the completed trials at the same step is cancelled);
 - the same grid without pruning, in the same process: every trial trains all its steps.
@@ -60,7 +60,7 @@ def _sweep(spec: dragon.RunSpec, space: dict[str, Any], prune: bool, runs_dir: P
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "bench" / "out" / "sweep")
-    parser.add_argument("--lrs", default="1e-3,2.5e-3,5e-3,1e-2")
+    parser.add_argument("--lrs", default="5e-4,1e-3,2.5e-3,5e-3,1e-2")
     parser.add_argument("--ranks", default="8,16")
     parser.add_argument("--epochs", type=float, default=1.0,
                         help="every run's epochs (the recommended 3 take three times as long)")  # fmt: skip

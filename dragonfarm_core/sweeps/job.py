@@ -30,15 +30,13 @@ from dragonfarm_core.data.from_spec import dataset_from_spec
 from dragonfarm_core.rundir import files, jobs, location, sweep_record
 from dragonfarm_core.rundir.run import Run, open_run
 from dragonfarm_core.spec import RunSpec
-from dragonfarm_core.sweeps.space import PRUNED_ON, apply
+from dragonfarm_core.sweeps.space import EVALUATIONS, PRUNED_ON, apply, total_steps
 from dragonfarm_core.sweeps.study import distributions, finished, mirror, open_study
 from dragonfarm_core.training.train import resume, start
 
 POLL_S = 0.5
 CANCEL_TIMEOUT_S = 120.0
 JUDGE_KEY = "judge"
-# Held-out figures a pruned sweep's trial logs in a run (see Sweeper.evaluated_often).
-EVALUATIONS = 8
 
 
 class SweepCancelled(Exception):
@@ -79,14 +77,12 @@ class Sweeper:
         """The spec with the held-out figure logged EVALUATIONS times a run (the trainer's
         default is 4) where its settings leave eval_steps unset: the pruner can stop a trial
         only where it reports, so more reports stop a bad one sooner. The held-out rows are
-        scored without changing the training: the result is the same run's."""
+        scored without changing the training (bench/sweep.py: the same final losses as with 4)."""
         args = spec.args
         assert args is not None  # RunSpec fills it
         if args.extra.get("eval_steps") is not None:
             return spec
-        n_train = len(self._dataset.split_records()[0])
-        per_epoch = math.ceil(n_train / (args.batch_size * args.grad_accum))
-        total = args.max_steps or math.ceil(per_epoch * args.epochs)
+        total = total_steps(args, len(self._dataset.split_records()[0]))
         extra = {**args.extra, "eval_steps": max(1, total // EVALUATIONS)}
         return dataclasses.replace(spec, args=dataclasses.replace(args, extra=extra))
 

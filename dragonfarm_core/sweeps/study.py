@@ -71,7 +71,8 @@ def _sampler(record: dict[str, Any]) -> optuna.samplers.BaseSampler:
 def _pruner(record: dict[str, Any]) -> optuna.pruners.BasePruner:
     if not record["prune"]:
         return optuna.pruners.NopPruner()
-    return optuna.pruners.MedianPruner(n_startup_trials=PRUNER_STARTUP_TRIALS)
+    return optuna.pruners.MedianPruner(n_startup_trials=PRUNER_STARTUP_TRIALS,
+                                       n_warmup_steps=int(record.get("warmup_steps") or 0))  # fmt: skip
 
 
 def open_study(path: Path, record: dict[str, Any]) -> optuna.Study:

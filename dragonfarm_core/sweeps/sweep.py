@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from dragonfarm_core.data.from_spec import dataset_from_spec
 from dragonfarm_core.judging.judges import describe_judge
 from dragonfarm_core.llm import LLM
 from dragonfarm_core.llm.descriptions import api_key_of
@@ -42,6 +43,8 @@ from dragonfarm_core.sweeps.space import (
     check_sampler,
     check_values,
     normalize,
+    total_steps,
+    warmup_steps,
 )
 
 CANCEL_TIMEOUT_S = 180.0
@@ -148,6 +151,14 @@ def _base(spec: Any) -> RunSpec:
                     f"whose settings are the base), got {type(spec).__name__}.")  # fmt: skip
 
 
+def _warmup(base: RunSpec) -> int:
+    """The steps before which the pruner stops no trial: a fifth of the base run's."""
+    dataset = dataset_from_spec(base.dataset) if isinstance(base.dataset, dict) else base.dataset
+    args = base.args
+    assert args is not None  # RunSpec fills it
+    return warmup_steps(total_steps(args, len(dataset.split_records()[0])))
+
+
 def _judge(judge: Any) -> Any:
     """The judge as the record keeps it: a local judge's model id or run folder, or an LLM's
     description (its key travels on the job's stdin)."""
@@ -200,6 +211,7 @@ def sweep(
     judged = _judge(judge)
     base_dict = base.to_dict()
     check_values(base_dict, normal)
+    warmup = _warmup(base) if pruning else 0
     home = location.runs_dir(runs_dir)
     folder = new_dir(None, sweep_record.root(home), name)
     path = folder.with_suffix(RECORD_SUFFIX)
@@ -209,7 +221,7 @@ def sweep(
         "schema": sweep_record.SCHEMA, "id": folder.name, "name": name,
         "model": base.model, "method": base.method, "base": base_dict, "space": normal,
         "sampler": sampler, "n_trials": count, "objective": objective, "direction": direction,
-        "prune": pruning, "seed": seed, "judge": judged, "created_at": files.now_iso(),
+        "prune": pruning, "warmup_steps": warmup, "seed": seed, "judge": judged, "created_at": files.now_iso(),
         "status": "queued", "started_at": None, "finished_at": None, "error": None,
         "best": None, "trials": [],
     })  # fmt: skip
