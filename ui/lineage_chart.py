@@ -158,9 +158,10 @@ def node_list(lin: Lineage) -> str:
 
 
 def node_choices(lin: Lineage) -> list[tuple[str, str]]:
-    """(label, key) of each node but the focus, for the picker that opens one."""
+    """(label, key) of each node, for the picker that opens one. The focus is among them (its
+    value while nothing else is picked): a picker whose value left its choices is refused."""
     return [
-        (f"{kind_name(n)}: {n.id}" + ("" if n.state == PRESENT else f" ({n.state})"), n.key)
+        (f"{kind_name(n)}: {n.id}" + ("" if n.state == PRESENT else f" ({n.state})")
+         + (" (this one)" if n.key == lin.focus else ""), n.key)
         for n in lin.ordered()
-        if n.key != lin.focus
-    ]
+    ]  # fmt: skip

@@ -41,7 +41,7 @@ def show(run_id: str | None, runs_dir: Path) -> tuple[Any, ...]:
     return (
         lineage_chart.figure(lin),
         lineage_chart.node_list(lin),
-        gr.update(choices=lineage_chart.node_choices(lin), value=None),
+        gr.update(choices=lineage_chart.node_choices(lin), value=lin.focus),
         lineage_code(run_dir.name, runs_dir),
         present.hint_html(f"Lineage of {run_dir.name}: {len(lin.nodes)} nodes. Open one below."),
         lin,
@@ -51,7 +51,7 @@ def show(run_id: str | None, runs_dir: Path) -> tuple[Any, ...]:
 def open_node(key: str | None, lin: dragon.Lineage | None, runs_dir: Path) -> tuple[Any, ...]:
     """A node picked -> (selected run, run picker, archived picker, then show's six)."""
     unchanged = (gr.skip(),) * 3
-    if not key or lin is None:
+    if not key or lin is None or key == lin.focus:  # the one drawn: nothing to open
         return (*unchanged, *(gr.skip(),) * 6)
     try:
         node = lin.node(key)

@@ -56,6 +56,8 @@ def test_the_runs_tab_draws_a_lineage_and_opens_a_parent(loop: Chain, page: Page
     expect(page.locator("#runs-message")).to_contain_text(f"Lineage of {loop.sft.id}")
     expect(page.locator("#runs-code")).to_contain_text(f'dragon.lineage("{loop.sft.id}"')
     expect(nodes).to_contain_text("sft-round1.jsonl")  # its own children now
+    expect(page.locator("#lineage-open input")).to_have_value(f"run: {loop.sft.id} (this one)")
+    expect(page.locator(".toast-body")).to_have_count(0)  # no error shown along the way
     # The Monitor follows the run picked.
     page.get_by_role("tab", name="Monitor", exact=True).click()
     expect(page.locator("#monitor-header")).to_contain_text(loop.sft.id, timeout=WAIT_MS)

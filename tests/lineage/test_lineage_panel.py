@@ -24,7 +24,9 @@ def test_show_draws_the_picked_run_left_to_right(chain):
     assert chain.sft.id in nodes and "continued from" in nodes
     assert f'dragon.lineage("{chain.dpo.id}", runs_dir="{chain.runs}")' in code
     labels = [label for label, _ in picker["choices"]]
-    assert f"run: {chain.sft.id}" in labels and len(labels) == 6  # every node but the focus
+    assert f"run: {chain.sft.id}" in labels and len(labels) == 7
+    # The picker shows the run drawn, so its value is always one of its choices.
+    assert picker["value"] == lin.focus and f"run: {chain.dpo.id} (this one)" in labels
     assert "7 nodes" in message
 
 
