@@ -8,6 +8,8 @@ it, so this process never loads a model) and the handler returns at once; a `gr.
 only while the job runs, shows its progress, and its results when it ends: the summary, a
 chart of win / tie / loss (with 95 % Wilson intervals) or of the scores, the judge's position
 bias, one row per prompt with both replies, the verdicts and rationales, and the code.
+Beside the judge: its last measured agreement with the person's Chat feedback, and "Check
+against my feedback" to measure it (`ui.agreement_panel`).
 
 A key typed in the password field goes to the job on its stdin and nowhere else: not into the
 code panel (which names the variable to set), the job's files, its log or any other output.
@@ -29,7 +31,7 @@ import gradio as gr
 import dragonfarm_core as dragon
 from dragonfarm_core.codegen import run as codegen
 from dragonfarm_core.rundir import files, refs
-from ui import charts, judge_view, present, watch
+from ui import agreement_panel, charts, judge_view, present, watch
 from ui.context import AppContext
 
 MODES = ("Rubric (score 1-10)", "Pairwise (against another model)")
@@ -302,6 +304,15 @@ def build(ctx: AppContext, picker: gr.Dropdown) -> None:
         url = gr.Textbox(label="Base URL (optional)", scale=2, elem_id="judge-url")
         key = gr.Textbox(label="Key", type="password", scale=2, elem_id="judge-key",
                          info="Kept in memory for this job only; empty: the environment's.")  # fmt: skip
+    with gr.Row():
+        agreement_last = agreement_panel.line("judge-agreement-last", KINDS[0], model_value,
+                                              ctx.runs_dir)  # fmt: skip
+        check = gr.Button("Check against my feedback", scale=0, min_width=220,
+                          elem_id="judge-check")  # fmt: skip
+    agreement_warning = gr.HTML(elem_id="judge-agreement-warning")
+    agreement = gr.Markdown(elem_id="judge-agreement")
+    disagreements = gr.Dataframe(label="Disagreements", interactive=False, wrap=True,
+                                 visible=False, elem_id="judge-disagreements")  # fmt: skip
     rubric = gr.Textbox(label="Rubric (optional)", lines=2, elem_id="judge-rubric",
                         placeholder="Reward replies that give concrete next steps and stay "
                         "under 120 words.")  # fmt: skip
@@ -330,6 +341,12 @@ def build(ctx: AppContext, picker: gr.Dropdown) -> None:
         view,
     )
     watch.wire_job(timer, stop, judging, view, tick, cancel)
+    check.click(
+        partial(agreement_panel.check, make_judge=make_judge, runs_dir=ctx.runs_dir),
+        [kind, model, url, key, rubric],
+        [agreement, agreement_warning, disagreements, code, error, agreement_last],
+    )
+    agreement_panel.wire_line(agreement_last, kind, model, ctx.runs_dir)
     picker.change(partial(show_earlier, runs_dir=ctx.runs_dir), [picker, judging], view)
     for trigger in (mode, kind):
         trigger.change(show_fields, [mode, kind, model], [against, url, key, model])

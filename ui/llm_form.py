@@ -21,6 +21,7 @@ import gradio as gr
 import dragonfarm_core as dragon
 from dragonfarm_core.codegen.run import llm_call
 from dragonfarm_core.data.codegen import literal
+from ui import agreement_panel
 from ui.judge_panel import model_ref
 
 KINDS = [
@@ -47,8 +48,12 @@ class LLMForm:
         return {"kind": self.kind, "model": self.model, "url": self.url, "key": self.key}
 
 
-def llm_form(prefix: str, role: str, kind: str = "anthropic") -> LLMForm:
-    """Provider choice, model, server URL (OpenAI-compatible only) and a password field."""
+def llm_form(
+    prefix: str, role: str, kind: str = "anthropic", runs_dir: Path | None = None
+) -> LLMForm:
+    """Provider choice, model, server URL (OpenAI-compatible only) and a password field; for a
+    judge given the runs dir, its last measured agreement with the person's feedback beside it
+    (`ui.agreement_panel`: read from the saved results, never by asking the judge)."""
     with gr.Row():
         choice = gr.Radio(KINDS, value=kind, label=f"{role.capitalize()}", scale=2,
                           elem_id=f"{prefix}-kind")  # fmt: skip
@@ -75,6 +80,10 @@ def llm_form(prefix: str, role: str, kind: str = "anthropic") -> LLMForm:
         )
     form = LLMForm(choice, model, url, key)
     choice.change(show_fields, choice, [url, key, model])
+    if role == "judge" and runs_dir is not None:
+        first = DEFAULT_CLAUDE if kind == "anthropic" else ""
+        shown = agreement_panel.line(f"{prefix}-agreement", kind, first, runs_dir)
+        agreement_panel.wire_line(shown, choice, model, runs_dir)
     return form
 
 

@@ -116,7 +116,7 @@ def build_pairs(ctx: AppContext) -> None:
                                     elem_id="pairs-temperature")  # fmt: skip
             max_new_tokens = gr.Number(256, label="Max new tokens", precision=0, minimum=1,
                                        elem_id="pairs-max-new")  # fmt: skip
-        judge = llm_form("pairs-judge", "judge")
+        judge = llm_form("pairs-judge", "judge", runs_dir=ctx.runs_dir)
         rubric = gr.Textbox(label="Rubric (optional)", elem_id="pairs-rubric")
         widgets = job_widgets("pairs", "Build pairs", "Pairs (first 10)", PAIRS_HINT)
     form = {"run": run, "split": split, "n": n, "n_samples": n_samples, "min_gap": min_gap,

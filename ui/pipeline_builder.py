@@ -171,7 +171,7 @@ def build_builder(ctx: Any) -> Builder:
     data = gr.Radio(DATA_CHOICES, value="active", label="Preference pairs", visible=False,
                     elem_id="pipe-data")  # fmt: skip
     with gr.Group(visible=False) as judge_box:
-        judge = llm_form.llm_form("pipe-judge", "judge")
+        judge = llm_form.llm_form("pipe-judge", "judge", runs_dir=ctx.runs_dir)
     with gr.Accordion("Training settings", open=False, visible=True) as args_box:
         use_defaults, args_values = _args_widgets()
     with gr.Group(visible=False) as rewards_box:  # a reinforce step's

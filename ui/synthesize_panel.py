@@ -160,7 +160,7 @@ def build_synthesize(ctx: AppContext) -> None:
         gate = gr.Checkbox(False, label="Judge gate: keep only replies a judge scores well",
                            elem_id="synth-gate")  # fmt: skip
         with gr.Group(visible=False) as gate_box:
-            judge = llm_form("synth-judge", "judge")
+            judge = llm_form("synth-judge", "judge", runs_dir=ctx.runs_dir)
             with gr.Row():
                 min_score = gr.Slider(1, 10, 7, step=1, label="Min score (1-10)",
                                       elem_id="synth-min-score")  # fmt: skip
