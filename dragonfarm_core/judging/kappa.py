@@ -17,6 +17,8 @@ and Everitt (1969; Fleiss, Levin & Paik, *Statistical Methods for Rates and Prop
            + (1 - k)^2 sum_{i != j} p_ij (p_.i + p_j.)^2 - (k - pe (1 - k))^2] / (n (1 - pe)^2)
 
 It is a large-sample formula: with a few dozen cases the interval is wide, which is the point.
+At perfect agreement (kappa = 1) the SE is 0 and the interval a point: the uncertainty is then
+best read from the accuracy's Wilson interval.
 When both raters gave one and the same label to every case (pe = 1) kappa is undefined (None).
 
 >>> k = cohen_kappa([("y", "y")] * 20 + [("y", "n")] * 5 + [("n", "y")] * 10 + [("n", "n")] * 15)
