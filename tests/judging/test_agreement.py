@@ -3,6 +3,7 @@ written here through the feedback store's own `record_event`)."""
 
 from __future__ import annotations
 
+import doctest
 import json
 import math
 import re
@@ -11,6 +12,7 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core.conversation.feedback_store import record_event
+from dragonfarm_core.judging import kappa as kappa_module
 from dragonfarm_core.judging.feedback_cases import feedback_cases
 from dragonfarm_core.judging.kappa import cohen_kappa
 
@@ -85,6 +87,10 @@ def test_kappa_and_its_interval_match_a_hand_computed_table():
     assert k.kappa == pytest.approx(0.4)
     assert k.se == pytest.approx(math.sqrt(0.016128), rel=1e-9)
     assert k.ci95 == (pytest.approx(0.15109, abs=1e-5), pytest.approx(0.64891, abs=1e-5))
+
+
+def test_the_kappa_modules_doctest_holds():
+    assert doctest.testmod(kappa_module).failed == 0
 
 
 def test_kappa_is_undefined_when_both_always_say_the_same_and_zero_when_nothing_matches():
