@@ -33,15 +33,19 @@ from dragonfarm_core.pipelines.chain import label
 from dragonfarm_core.pipelines.steps import step_from_dict
 
 
-def read_file(path: Path) -> dict[str, Any]:
-    """The pipeline a YAML or JSON file declares, with its datasets' paths made absolute."""
+def load(path: Path) -> Any:
+    """A YAML or JSON file's value (JSON by its .json suffix, YAML otherwise)."""
     text = path.read_text(encoding="utf-8")
     if path.suffix.lower() == ".json":
-        declared = json.loads(text)
-    else:
-        import yaml
+        return json.loads(text)
+    import yaml
 
-        declared = yaml.safe_load(text)
+    return yaml.safe_load(text)
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """The pipeline a YAML or JSON file declares, with its datasets' paths made absolute."""
+    declared = load(path)
     if not isinstance(declared, dict) or not isinstance(declared.get("steps"), list):
         raise ValueError(f"{path}: a pipeline file holds a mapping with `model` and a `steps` "
                          "list (see dragonfarm pipeline --help).")  # fmt: skip

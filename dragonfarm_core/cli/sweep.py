@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import dragonfarm_core as dragon
+from dragonfarm_core.cli.pipeline import load
 from dragonfarm_core.data.from_spec import dataset_from_spec
 
 SWEEP_KEYS = ("space", "n_trials", "sampler", "objective", "prune", "seed", "name")
@@ -49,13 +50,7 @@ def _numbers(value: Any) -> Any:
 
 def read_file(path: Path) -> dict[str, Any]:
     """The sweep a YAML or JSON file declares, its dataset's path made absolute."""
-    text = path.read_text(encoding="utf-8")
-    if path.suffix.lower() == ".json":
-        declared = json.loads(text)
-    else:
-        import yaml
-
-        declared = yaml.safe_load(text)
+    declared = load(path)
     if not isinstance(declared, dict) or not isinstance(declared.get("space"), dict):
         raise ValueError(f"{path}: a sweep file holds a mapping with `model`, `dataset` and a "
                          "`space` (see dragonfarm sweep --help).")  # fmt: skip

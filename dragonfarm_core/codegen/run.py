@@ -162,24 +162,38 @@ def call_arguments(spec: RunSpec, model: str, runs_dir: Any) -> list[str]:
         f"rewards={rewards_code(v)}" if k == "rewards" else f"{k}={_value(v)}"
         for k, v in spec.method_args_dict().items()
     ]
-    fits = recommended(spec.model, spec.method)  # what the call uses for a group left out
-    for key, cls in GROUPS:
-        value = getattr(spec, key)
-        default = {"lora": fits.lora, "args": fits.args}.get(key) or cls()
-        if value != default:  # TrainArgs() itself, when the recommended settings differ from it
-            args.append(f"{key}={settings_call(cls, to_dict(value)) or f'dragon.{cls.__name__}()'}")
+    args += group_arguments(spec)
     if spec.name:
         args.append(f"name={literal(spec.name)}")
     home = home_argument(runs_dir)
     if home:
         args.append(f"runs_dir={literal(home)}")
+    return args + model_arguments(spec, model)
+
+
+def group_arguments(spec: RunSpec) -> list[str]:
+    """`lora=...`, `args=...`, `hardware=...` for the groups that differ from what a call
+    leaving them out uses (the recommended settings)."""
+    out = []
+    fits = recommended(spec.model, spec.method)  # what the call uses for a group left out
+    for key, cls in GROUPS:
+        value = getattr(spec, key)
+        default = {"lora": fits.lora, "args": fits.args}.get(key) or cls()
+        if value != default:  # TrainArgs() itself, when the recommended settings differ from it
+            out.append(f"{key}={settings_call(cls, to_dict(value)) or f'dragon.{cls.__name__}()'}")
+    return out
+
+
+def model_arguments(spec: RunSpec, model: str) -> list[str]:
+    """n_samples, revision and trust_remote_code where they are not the defaults."""
+    out = []
     if spec.n_samples != 10:
-        args.append(f"n_samples={spec.n_samples}")
+        out.append(f"n_samples={spec.n_samples}")
     if spec.revision and model != "parent":
-        args.append(f"revision={literal(spec.revision)}")
+        out.append(f"revision={literal(spec.revision)}")
     if spec.trust_remote_code:
-        args.append("trust_remote_code=True")
-    return args
+        out.append("trust_remote_code=True")
+    return out
 
 
 def spec_code(spec: RunSpec, runs_dir: str | os.PathLike[str] | None = None) -> str:

@@ -17,10 +17,8 @@ from typing import Any
 from dragonfarm_core.codegen import run as codegen
 from dragonfarm_core.data.codegen import literal, portable
 from dragonfarm_core.methods import METHODS
-from dragonfarm_core.recommended import recommended
 from dragonfarm_core.rundir import sweep_record
-from dragonfarm_core.settings import to_dict
-from dragonfarm_core.spec import DEFAULT_HARDWARE, GROUPS, RunSpec
+from dragonfarm_core.spec import RunSpec
 from dragonfarm_core.sweeps.space import SweepError, full_name
 
 
@@ -50,24 +48,11 @@ def _method_args(spec: RunSpec) -> str | None:
 def spec_lines(spec: RunSpec) -> tuple[list[str], str]:
     """The head (import, dataset, parent run) and `spec = dragon.RunSpec(...)`."""
     head, model = codegen.head_lines(spec.dataset_dict(), spec.model)
-    args = [literal(spec.method), "ds", model]
-    fits = recommended(spec.model, spec.method)
-    for key, cls in GROUPS:
-        value = getattr(spec, key)
-        default = {"lora": fits.lora, "args": fits.args, "hardware": DEFAULT_HARDWARE}[key]
-        if value != default:
-            args.append(
-                f"{key}={codegen.settings_call(cls, to_dict(value)) or f'dragon.{cls.__name__}()'}"
-            )
+    args = [literal(spec.method), "ds", model, *codegen.group_arguments(spec)]
     made = _method_args(spec)
     if made:
         args.append(made)
-    if spec.n_samples != 10:
-        args.append(f"n_samples={spec.n_samples}")
-    if spec.revision and model != "parent":
-        args.append(f"revision={literal(spec.revision)}")
-    if spec.trust_remote_code:
-        args.append("trust_remote_code=True")
+    args += codegen.model_arguments(spec, model)
     call = "".join(f"    {a},\n" for a in args)
     return head, f"spec = dragon.RunSpec(\n{call})"
 

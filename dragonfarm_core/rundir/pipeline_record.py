@@ -23,6 +23,7 @@ while it was still running is turned into failed, with the log's tail (written b
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def step_entries(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def read(path: Path) -> dict[str, Any]:
     record = files.read_json(path)
-    if not isinstance(record, dict) or not isinstance(record.get("steps"), list):
+    if not _is_record(record):
         raise FileNotFoundError(f"{path} is not a pipeline record (pipelines/<id>.json).")
     return record
 
@@ -106,18 +107,31 @@ def update_step(path: Path, index: int, **changes: Any) -> dict[str, Any]:
 def resolve(x: Any, runs_dir: str | os.PathLike[str] | None = None) -> Path | None:
     """The record a pipeline reference names (a handle, a record path, its folder, or its id
     in the runs dir); None when `x` is none of these (e.g. a run)."""
+    return resolve_record(x, root(runs_dir), _is_record)
+
+
+def _is_record(record: Any) -> bool:
+    return isinstance(record, dict) and isinstance(record.get("steps"), list)
+
+
+def resolve_record(x: Any, home: Path, is_record: Callable[[Any], bool]) -> Path | None:
+    """The record file `x` names (a handle with a `path`, a record path, the folder beside it,
+    or an id in `home`) whose JSON `is_record` accepts; None otherwise. Shared by the
+    pipelines' and the sweeps' records."""
     path = getattr(x, "path", None) if not isinstance(x, str | os.PathLike) else x
     if not isinstance(path, str | os.PathLike):
         return None
     p = Path(path).expanduser()
     candidates = [p, p.with_suffix(RECORD_SUFFIX)] if p.suffix != RECORD_SUFFIX else [p]
     if p.name == str(path):  # a bare id
-        candidates.append(root(runs_dir) / f"{p.name}{RECORD_SUFFIX}")
+        candidates.append(home / f"{p.name}{RECORD_SUFFIX}")
     for candidate in candidates:
         if candidate.suffix == RECORD_SUFFIX and candidate.is_file():
-            record = files.read_json(candidate)
-            if isinstance(record, dict) and isinstance(record.get("steps"), list):
-                return candidate.resolve()
+            try:
+                if is_record(files.read_json(candidate)):
+                    return candidate.resolve()
+            except (OSError, ValueError):
+                continue
     return None
 
 

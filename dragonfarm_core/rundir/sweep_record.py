@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dragonfarm_core.rundir import files, jobs, location
-from dragonfarm_core.rundir.pipeline_record import RECORD_SUFFIX, folder, write
+from dragonfarm_core.rundir.pipeline_record import folder, resolve_record, write
 
 SCHEMA = 1
 ACTIVE = ("queued", "running")
@@ -74,21 +74,7 @@ def update(path: Path, **changes: Any) -> dict[str, Any]:
 def resolve(x: Any, runs_dir: str | os.PathLike[str] | None = None) -> Path | None:
     """The record a sweep reference names (a handle, a record path, its folder, or its id in
     the runs dir); None when `x` is none of these (e.g. a run or a pipeline)."""
-    path = getattr(x, "path", None) if not isinstance(x, str | os.PathLike) else x
-    if not isinstance(path, str | os.PathLike):
-        return None
-    p = Path(path).expanduser()
-    candidates = [p, p.with_suffix(RECORD_SUFFIX)] if p.suffix != RECORD_SUFFIX else [p]
-    if p.name == str(path):  # a bare id
-        candidates.append(root(runs_dir) / f"{p.name}{RECORD_SUFFIX}")
-    for candidate in candidates:
-        if candidate.suffix == RECORD_SUFFIX and candidate.is_file():
-            try:
-                if _is_record(files.read_json(candidate)):
-                    return candidate.resolve()
-            except (OSError, ValueError):
-                continue
-    return None
+    return resolve_record(x, root(runs_dir), _is_record)
 
 
 def find(x: Any, runs_dir: str | os.PathLike[str] | None = None) -> Path:
