@@ -45,6 +45,8 @@ APP_FACING: dict[str, str] = {
     "study (study.db) is, and its trials' runs",
     "dragonfarm_core.sweeps.space": "the Train tab's Sweep: the settings a sweep can vary, the "
     "samplers and the objectives a spec produces",
+    "dragonfarm_core.codegen.agreement": "code panels: the judge_agreement script of the "
+    "Evaluate tab's Check against my feedback",
     "dragonfarm_core.codegen.bundle": "code panels: the bundle/remote/import_results scripts of "
     "Run elsewhere and Import",
     "dragonfarm_core.export.summary": "the Export tab: the files a run's exports wrote, with "

@@ -13,6 +13,7 @@ last agreement measured for that judge is shown beside it, read from the saved r
 from __future__ import annotations
 
 import contextlib
+import inspect
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +23,6 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.codegen.agreement import agreement_code
-from dragonfarm_core.judging.summary import judge_label
-from dragonfarm_core.llm.providers import DEFAULT_CLAUDE
 from dragonfarm_core.rundir import refs
 from ui import agreement_view, present, watch
 
@@ -32,11 +31,12 @@ ERRORS = (ValueError, TypeError, OSError, RuntimeError)
 # The judge choices of the Evaluate tab (judge_panel.KINDS) and of `llm_form` as providers.
 PROVIDERS = {"Anthropic": "anthropic", "OpenAI-compatible": "openai", "Local model": "local",
              "anthropic": "anthropic", "openai": "openai", "local": "local"}  # fmt: skip
+DEFAULT_CLAUDE = inspect.signature(dragon.judge_anthropic).parameters["model"].default
 
 
-def label_of(kind: str | None, model: str | None, runs_dir: Path) -> str | None:
-    """The label results are saved under ("anthropic:claude-opus-5", "local:<run id>") for a
-    judge form's choice; None when the form names no model yet."""
+def judge_of(kind: str | None, model: str | None, runs_dir: Path) -> dict[str, str] | None:
+    """The judge a form's choice names, as `last_agreement` matches it ({"provider", "model"});
+    None when the form names no model yet."""
     provider = PROVIDERS.get(kind or "")
     text = (model or "").strip()
     if provider == "anthropic":
@@ -48,16 +48,16 @@ def label_of(kind: str | None, model: str | None, runs_dir: Path) -> str | None:
         # model id as typed.
         with contextlib.suppress(FileNotFoundError, ValueError):
             text = str(refs.resolve_run(text, runs_dir))
-    return judge_label({"provider": provider, "model": text})
+    return {"provider": provider, "model": text}
 
 
 def last_line(kind: str | None, model: str | None, *, runs_dir: Path) -> str:
     """The line beside a judge's choice: its last measured agreement, or the hint to measure."""
-    label = label_of(kind, model, runs_dir)
-    if label is None:
+    judge = judge_of(kind, model, runs_dir)
+    if judge is None:
         return ""
-    found = dragon.last_agreement(label, runs_dir)
-    return agreement_view.short_line(found.summary if found else None, label)
+    found = dragon.last_agreement(judge, runs_dir)
+    return agreement_view.short_line(found.summary if found else None)
 
 
 def check(
@@ -84,7 +84,7 @@ def check(
         gr.update(value=table, visible=True, label=f"Disagreements ({len(table)})"),
         code,
         "",
-        agreement_view.short_line(result.summary, str(result.summary.get("judge"))),
+        agreement_view.short_line(result.summary),
     )
 
 

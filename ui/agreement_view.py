@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 NEVER = (
-    "Agreement with your feedback: not measured for `{label}` yet. Check it in the Evaluate "
+    "Agreement with your feedback: not measured for this judge yet. Check it in the Evaluate "
     "tab's Judge section (Check against my feedback) before letting it gate data."
 )
 DISAGREEMENT_COLUMNS = {
@@ -72,10 +72,10 @@ def warning_html(text: str | None) -> str:
     )
 
 
-def short_line(summary: dict[str, Any] | None, label: str) -> str:
+def short_line(summary: dict[str, Any] | None) -> str:
     """Beside a judge's choice: the last measured agreement (with its warning), or a hint."""
     if not summary:
-        return NEVER.format(label=label)
+        return NEVER
     kappa, n = summary.get("kappa"), summary.get("judged", 0)
     low = summary.get("warning")
     mark = "⚠ " if low else ""

@@ -252,10 +252,14 @@ def _load(stored: Any, cached: bool) -> Agreement | None:
 
 def last_agreement(judge: Any, runs_dir: str | os.PathLike[str] | None = None) -> Agreement | None:
     """The latest agreement measured for `judge` in this runs dir, from the cache: no judge is
-    asked. judge: a judge as `judge_agreement` takes it, or its label ("provider:model", as
-    `summary["judge"]` shows it). None when it was never measured."""
-    label = judge if isinstance(judge, str) and ":" in judge else None
-    if label is None:
+    asked. judge: a judge as `judge_agreement` takes it, its label ("provider:model", as
+    `summary["judge"]` shows it), or a description ({"provider": ..., "model": ...}). None
+    when it was never measured."""
+    if isinstance(judge, dict):
+        label = judge_label(judge)
+    elif isinstance(judge, str) and ":" in judge:
+        label = judge
+    else:
         label = judge_label(judging.describe_judge(judging.as_judge(judge, runs_dir)))
     latest: Agreement | None = None
     for path in sorted(_folder(runs_dir).glob("*.json")):

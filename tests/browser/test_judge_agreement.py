@@ -52,7 +52,7 @@ def test_check_against_my_feedback_in_the_evaluate_tab(page: Page, app_server):
     with FakeAnthropic(answer=prefers_good) as server:
         page.get_by_role("tab", name="Evaluate", exact=True).click()
         expect(page.locator("#judge-agreement-last")).to_contain_text(
-            "not measured for anthropic:claude-opus-5"
+            "not measured for this judge yet"
         )  # fmt: skip
         fill(page, "judge-model", "claude-test")
         fill(page, "judge-url", server.url)

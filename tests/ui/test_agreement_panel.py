@@ -87,16 +87,18 @@ def test_no_feedback_is_a_clear_error_on_the_page(runs_dir):
 
 def test_a_judge_never_measured_says_so_and_labels_follow_the_judge_forms(runs_dir):
     line = agreement_panel.last_line("Anthropic", "", runs_dir=runs_dir)
-    assert "not measured for `anthropic:claude-opus-5` yet" in line
+    assert "not measured for this judge yet" in line
     assert agreement_panel.last_line("openai", "", runs_dir=runs_dir) == ""
-    assert agreement_panel.label_of("local", "org/some-model", runs_dir) == "local:some-model"
+    judge = agreement_panel.judge_of("local", "org/some-model", runs_dir)
+    assert judge == {"provider": "local", "model": "org/some-model"}
+    assert agreement_panel.judge_of("Anthropic", " ", runs_dir)["model"] == "claude-opus-5"
     assert llm_form.DEFAULT_CLAUDE == judge_panel.DEFAULT_CLAUDE
 
 
 def test_the_short_line_carries_the_warning():
     summary = {"accuracy": 0.5, "kappa": 0.1, "kappa_ci95": [-0.2, 0.4], "judged": 30,
                "measured_at": "2026-12-07T13:00:00Z", "warning": "Low agreement: kappa 0.10."}  # fmt: skip
-    line = agreement_view.short_line(summary, "anthropic:x")
+    line = agreement_view.short_line(summary)
     assert line.startswith("⚠") and "kappa 0.10 (95 % -0.20 to 0.40), n=30" in line
     assert line.endswith("Low agreement: kappa 0.10.")
     assert agreement_view.warning_html(None) == ""
