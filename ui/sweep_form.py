@@ -36,7 +36,8 @@ def setting_choices(method: str) -> list[tuple[str, str]]:
     picks = [("(none)", NONE)]
     for full, (_, field, cls) in setting_names(method).items():
         (f,) = [f for f in dataclasses.fields(cls) if f.name == field]
-        picks.append((f"{f.metadata.get('label', field)} ({field})", full))
+        label = f.metadata.get("label", field)
+        picks.append((label if f"({field})" in label else f"{label} ({field})", full))
     return picks
 
 
@@ -168,7 +169,7 @@ def form_widgets(method: str) -> dict[str, Any]:
             placeholder="empty: the whole grid",
             max_lines=1,
             scale=1,
-            elem_id="sweep-trials",
+            elem_id="sweep-count",
             info="How many runs to train (random and TPE need a number).",
         )
         objective = gr.Dropdown(["eval_loss"], value="eval_loss", allow_custom_value=True,

@@ -183,16 +183,17 @@ def study_figures(study: Any, record: dict[str, Any]) -> tuple[Any, Any, str]:
 def compare_code(record: dict[str, Any], study_db: str, home: str | None) -> str:
     """The Python behind the Compare tab's sweep: its trials, their runs side by side, and
     the two plots from its study."""
-    where = f", runs_dir={home!r}" if home else ""
+    sweep_id = literal(record["id"])
+    where = f", runs_dir={literal(home)}" if home else ""
     return "\n".join([
         "import optuna",
         "import dragonfarm_core as dragon",
         "",
-        f"s = dragon.open_sweep({record['id']!r}{where})",
+        f"s = dragon.open_sweep({sweep_id}{where})",
         f"print(s.trials)  # ranked on the page by {record['objective']}, the best marked",
         "print(dragon.compare(s))  # the trials' runs side by side",
-        f"study = optuna.load_study(storage={'sqlite:///' + study_db!r}, "
-        f"study_name={record['id']!r})",
+        f"study = optuna.load_study(storage={literal('sqlite:///' + study_db)}, "
+        f"study_name={sweep_id})",
         "optuna.visualization.plot_param_importances(",
         "    study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()",
         ").show()",
@@ -216,7 +217,9 @@ def preview_code(spec: dragon.RunSpec, space: Mapping[str, Any], sampler: str,
                  runs_dir: Path) -> str:  # fmt: skip
     """The script Start sweep runs: the base run's spec, the space, `dragon.sweep(...)`."""
     head, spec_line = spec_lines(spec)
-    args = ["spec", "space", f"sampler={literal(sampler)}"]
+    args = ["spec", "space"]
+    if sampler != ("grid" if all(isinstance(v, list) for v in space.values()) else "tpe"):
+        args.append(f"sampler={literal(sampler)}")  # dragon.sweep's default otherwise
     if n_trials is not None:
         args.append(f"n_trials={n_trials}")
     if objective != "eval_loss":

@@ -158,12 +158,15 @@ def test_the_code_before_start_is_the_sweep_it_would_start(mapped, model, runs_d
         SKIP, SKIP)  # fmt: skip
     code, objective = sweep_panel.preview(READ_SPEC, "Sweep", sweep, runs_dir=runs_dir, **values)
     assert "spec = dragon.RunSpec(" in code and '"learning_rate": [0.0001, 0.0003]' in code
-    assert 's = dragon.sweep(spec, space, sampler="grid", name="lr-and-r"' in code
+    assert 's = dragon.sweep(spec, space, name="lr-and-r"' in code
     assert objective["value"] == "eval_loss" and "train_loss" in objective["choices"]
     assert "metric_exact" in objective["choices"]
     namespace: dict = {}
     exec(code.split("s = dragon.sweep(")[0], namespace)  # the spec and space it would pass
     assert namespace["spec"].method == "sft" and namespace["space"]["r"] == [8, 16]
+    random = sweep_values(("lora.r", "8, 16"), sampler="random", trials="2")
+    code, _ = sweep_panel.preview(READ_SPEC, "Sweep", random, runs_dir=runs_dir, **values)
+    assert 's = dragon.sweep(spec, space, sampler="random", n_trials=2,' in code
     bad = sweep_values(("lora.r", "eight"))
     code, _ = sweep_panel.preview(READ_SPEC, "Sweep", bad, runs_dir=runs_dir, **values)
     assert code.startswith("# Start sweep cannot run yet") and "eight" in code
