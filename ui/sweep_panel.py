@@ -133,8 +133,8 @@ def preview(read_spec: Callable[..., dragon.RunSpec], mode: str, sweep: Mapping[
         return CODE_HINT, gr.skip()
     objectives = sweep_form.objective_choices(spec)
     current = (sweep["objective"] or "").strip()
-    picker = gr.update(choices=objectives,
-                       value=current if current in objectives else objectives[0])  # fmt: skip
+    # A typed objective (metric_<name>) stays: Start sweep says if the method lacks it.
+    picker = gr.update(choices=objectives, value=current or objectives[0])
     try:
         args = _arguments(read_spec, sweep, runs_dir, values)
     except ERRORS as e:
