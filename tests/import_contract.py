@@ -47,6 +47,10 @@ APP_FACING: dict[str, str] = {
     "samplers and the objectives a spec produces",
     "dragonfarm_core.codegen.agreement": "code panels: the judge_agreement script of the "
     "Evaluate tab's Check against my feedback",
+    "dragonfarm_core.codegen.lineage": "code panels: the dragon.lineage script of the Runs tab's "
+    "Lineage section",
+    "dragonfarm_core.lineage.graph": "the Runs tab's lineage picture: the node and graph types "
+    "it draws and the state a present node has",
     "dragonfarm_core.codegen.bundle": "code panels: the bundle/remote/import_results scripts of "
     "Run elsewhere and Import",
     "dragonfarm_core.export.summary": "the Export tab: the files a run's exports wrote, with "
