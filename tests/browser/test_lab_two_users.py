@@ -21,7 +21,9 @@ from tests.browser.conftest import serve_app
 WAIT_MS = 30_000
 TRAIN_MS = 240_000  # the trainer imports torch and loads the model before its first step
 # alice's run is long enough that bob's queues behind it; bob's is as short as training gets.
-STEPS = {"alice": "40", "bob": "2"}
+# Both forms are filled before either Start is pressed, so bob's run is queued a moment after
+# alice's (CI once saw alice's 40 steps end while bob's form was still being filled).
+STEPS = {"alice": "120", "bob": "2"}
 FAST = {"logging_steps": "1", "batch_size": "2", "grad_accum": "1", "max_seq_len": "128",
         "save_steps": "1000"}  # fmt: skip
 
@@ -48,13 +50,16 @@ def log_in(browser, url: str, name: str) -> Page:
     return page
 
 
-def start_run(page: Page, steps: str) -> str:
+def fill_form(page: Page, steps: str) -> None:
     page.get_by_role("tab", name="Train").click()
     for name, value in {"max_steps": steps, **FAST}.items():
         box = page.locator(f"#train-trainargs-{name} input")
         box.fill(value)
         box.press("Tab")
     expect(page.locator("#train-code")).to_contain_text(f"max_steps={steps}", timeout=WAIT_MS)
+
+
+def start_run(page: Page) -> str:
     page.locator("#train-start").click()
     expect(page.locator("#train-started")).to_contain_text("Started run", timeout=WAIT_MS)
     return page.locator("#train-started code").inner_text()
@@ -84,7 +89,9 @@ def test_two_users_see_their_own_runs_and_the_shared_queue(browser, lab_server):
     assert (bundled_model_path() / "config.json").is_file(), "build the bundled model first"
     url, root = lab_server
     pages = {name: log_in(browser, url, name) for name in STEPS}
-    runs = {name: start_run(pages[name], steps) for name, steps in STEPS.items()}
+    for name, steps in STEPS.items():
+        fill_form(pages[name], steps)
+    runs = {name: start_run(pages[name]) for name in STEPS}
 
     for page in pages.values():  # both see both runs in the queue, bob's waiting
         page.get_by_role("tab", name="Monitor").click()
