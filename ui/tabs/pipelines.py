@@ -17,9 +17,6 @@ resumed.
 
 from __future__ import annotations
 
-import html
-import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -32,45 +29,22 @@ import dragonfarm_core as dragon
 from dragonfarm_core.codegen.run import comment_lines
 from dragonfarm_core.pipelines.pipeline import list_pipelines
 from dragonfarm_core.rundir import files, refs
-from ui import charts, pipeline_builder, pipeline_view, present, watch
+from ui import charts, pipeline_builder, pipeline_view, present, record_watch, watch
 from ui.context import AppContext
+from ui.record_watch import ERRORS, Seen
 
 TITLE = "Pipelines"
 TICK_S = 1.0
-LIVENESS_S = 10.0
 LOG_LINES = 40
-ACTIVE = ("queued", "running")
-RESUMABLE = ("failed", "cancelled")
-ERRORS = (FileNotFoundError, RuntimeError, ValueError, TypeError, OSError)
-RECORD_SUFFIX = ".json"  # pipelines/<id>.json (dragonfarm_core.rundir.pipeline_record)
 NO_PIPELINE = "No pipeline yet: build one above and press Start."
 CODE_HINT = "# Start or pick a pipeline; the Python that reproduces it appears here."
-
-
-@dataclass(frozen=True)
-class Seen:
-    """What this page last read: which pipeline, at which version, when, was it active."""
-
-    ref: str | None
-    version: Any
-    read_at: float
-    active: bool
 
 
 def resolve_pipeline(ref: str | None, runs_dir: Path) -> Path:
     """The record a page names (its id, or its path) in `runs_dir`/pipelines/; raises
     OutsideFolderError (a ValueError) for one outside, FileNotFoundError for none there."""
-    home = (runs_dir / files.PIPELINES_DIR).resolve()
-    text = (ref or "").strip()
-    if not text:
-        raise ValueError("No pipeline given: pick one of the listed pipelines.")
-    bare = len(Path(text).parts) == 1 and not text.endswith(RECORD_SUFFIX)
-    named = f"{text}{RECORD_SUFFIX}" if bare else text
-    path = refs.resolve_inside(named, home, "pipelines folder")
-    if path.parent != home or path.suffix != RECORD_SUFFIX or not path.is_file():
-        raise FileNotFoundError(f"No pipeline {text!r} in {home}; pick one of the listed ones.")
-    dragon.open_pipeline(path)  # raises FileNotFoundError for a file that is not a record
-    return path
+    home = runs_dir / files.PIPELINES_DIR
+    return record_watch.resolve(ref, home, "pipeline", dragon.open_pipeline)
 
 
 def choices(runs_dir: Path) -> list[tuple[str, str]]:
@@ -135,15 +109,14 @@ def _live_view(record: dict[str, Any], runs_dir: Path) -> tuple[Any, str]:
 
 def show(ref: str | None, message: str = "", *, runs_dir: Path) -> tuple[Any, ...]:
     """Read a pipeline -> (header, timeline, chart, log, code, cancel, resume, error, seen)."""
-    now = time.monotonic()
     if not ref:
-        return _empty(present.hint_html(NO_PIPELINE), Seen(None, None, now, False))
+        return _empty(present.hint_html(NO_PIPELINE), record_watch.seen(None))
     try:
         path = resolve_pipeline(ref, runs_dir)
     except ValueError as e:  # outside the pipelines folder, or blank
-        return _empty(present.hint_html(NO_PIPELINE), Seen(ref, None, now, False), str(e))
+        return _empty(present.hint_html(NO_PIPELINE), record_watch.seen(ref), str(e))
     except FileNotFoundError as e:
-        return _empty(present.hint_html(str(e)), Seen(ref, None, now, False))
+        return _empty(present.hint_html(str(e)), record_watch.seen(ref))
     version = _version(path, runs_dir)  # before reading: a write during the read shows next tick
     p = dragon.open_pipeline(path)
     record = p.status()  # a pipeline whose process died is reported failed here
@@ -158,43 +131,35 @@ def show(ref: str | None, message: str = "", *, runs_dir: Path) -> tuple[Any, ..
         chart,
         log,
         _code(path),
-        gr.update(interactive=status in ACTIVE, value="Cancel"),
-        gr.update(interactive=status in RESUMABLE),
+        *record_watch.buttons(status),
         present.error_html(message),
-        Seen(ref, version, now, status in ACTIVE),
+        record_watch.seen(ref, version, status),
     )
 
 
 def tick(ref: str | None, seen: Seen | None, *, runs_dir: Path) -> tuple[Any, ...]:
     """Timer tick: read the pipeline only when it changed, or it is active and due a look."""
-    if seen is not None and seen.ref == ref:
-        try:
-            version = _version(resolve_pipeline(ref, runs_dir), runs_dir) if ref else None
-        except (FileNotFoundError, ValueError):
-            version = None
-        due = seen.active and time.monotonic() - seen.read_at >= LIVENESS_S
-        if version == seen.version and not due:
-            return (gr.skip(),) * 9
+    if record_watch.unchanged(
+        ref, seen, lambda r: _version(resolve_pipeline(r, runs_dir), runs_dir)
+    ):
+        return (gr.skip(),) * 9
     return show(ref, runs_dir=runs_dir)
 
 
 def cancel(ref: str | None, *, runs_dir: Path) -> tuple[Any, ...]:
     """Cancel: asks the pipeline to stop (a training step keeps a checkpoint); returns at once."""
-    try:
-        dragon.pipeline_cancel(resolve_pipeline(ref, runs_dir), wait=False)
-    except ERRORS as e:
-        return show(ref, str(e), runs_dir=runs_dir)
-    return show(ref, runs_dir=runs_dir)
+    return record_watch.then_show(
+        lambda: dragon.pipeline_cancel(resolve_pipeline(ref, runs_dir), wait=False),
+        partial(show, runs_dir=runs_dir), ref,
+    )  # fmt: skip
 
 
 def resume(ref: str | None, *, runs_dir: Path) -> tuple[Any, ...]:
     """Resume a failed or cancelled pipeline from its first unfinished step, in the background."""
-    try:
-        dragon.resume_pipeline(resolve_pipeline(ref, runs_dir), background=True)
-    except ERRORS as e:
-        gr.Warning(html.escape(str(e).splitlines()[0]))
-        return show(ref, str(e), runs_dir=runs_dir)
-    return show(ref, runs_dir=runs_dir)
+    return record_watch.then_show(
+        lambda: dragon.resume_pipeline(resolve_pipeline(ref, runs_dir), background=True),
+        partial(show, runs_dir=runs_dir), ref, toast=True,
+    )  # fmt: skip
 
 
 def start(steps: list[Any] | None, model: dragon.ResolvedModel, name: str | None, *,
@@ -206,7 +171,7 @@ def start(steps: list[Any] | None, model: dragon.ResolvedModel, name: str | None
         p = dragon.pipeline(model.name, list(steps), runs_dir=runs_dir,
                             name=(name or "").strip() or "pipeline", background=True)  # fmt: skip
     except ERRORS as e:
-        gr.Warning(html.escape(str(e).splitlines()[0]))
+        watch.warn(str(e))
         return gr.skip(), gr.skip(), present.error_html(str(e))
     picked = gr.update(choices=choices(runs_dir), value=str(p.path))
     return picked, f"Started pipeline **`{p.id}`**: its timeline is below.", ""
@@ -216,16 +181,7 @@ def refresh_choices(runs_dir: Path, seen: Any, current: str | None) -> tuple[Any
     """Timer tick -> (picker update, version seen): new pipelines appear; with none picked,
     the newest is shown (so a reloaded page reattaches). Reads nothing while none changed."""
     home = runs_dir / files.PIPELINES_DIR
-    try:
-        version = home.stat().st_mtime_ns
-    except OSError:
-        version = -1  # no pipelines yet (None is "never looked")
-    if version == seen:
-        return gr.skip(), gr.skip()
-    listed = choices(runs_dir)
-    values = [value for _, value in listed]
-    keep = current if current in values else (values[0] if values else None)
-    return gr.update(choices=listed, value=keep), version
+    return record_watch.refresh_choices(home, seen, current, partial(choices, runs_dir))
 
 
 def _watch_widgets() -> dict[str, Any]:
@@ -258,17 +214,13 @@ def build(ctx: AppContext) -> None:
             go = gr.Button("Start pipeline", variant="primary", scale=1, elem_id="pipe-start")
         started = gr.Markdown(elem_id="pipe-started")
     w = _watch_widgets()
-    seen, seen_list = gr.State(None), gr.State(None)
+    seen = gr.State(None)
     timer = gr.Timer(TICK_S)
     view = [w[k] for k in ("header", "timeline", "chart", "log", "code", "cancel", "resume",
                            "error")] + [seen]  # fmt: skip
-    quiet: dict[str, Any] = {"show_progress": "hidden"}
     go.click(partial(start, runs_dir=inside), [builder.steps, ctx.model, name],
              [w["picker"], started, builder.error])  # fmt: skip
-    w["picker"].change(partial(show, runs_dir=inside), w["picker"], view, **quiet)
-    timer.tick(partial(tick, runs_dir=inside), [w["picker"], seen], view, **quiet)
-    timer.tick(partial(refresh_choices, inside), [seen_list, w["picker"]],
-               [w["picker"], seen_list], **quiet)  # fmt: skip
-    w["cancel"].click(lambda: gr.update(value="Cancelling…", interactive=False), None,
-                      w["cancel"]).then(partial(cancel, runs_dir=inside), w["picker"], view)  # fmt: skip
-    w["resume"].click(partial(resume, runs_dir=inside), w["picker"], view)
+    record_watch.wire(timer, w, view, seen, show=partial(show, runs_dir=inside),
+                      tick=partial(tick, runs_dir=inside), refresh=partial(refresh_choices, inside),
+                      cancel=partial(cancel, runs_dir=inside),
+                      resume=partial(resume, runs_dir=inside))  # fmt: skip
