@@ -11,8 +11,10 @@ shows) and prints a log line now and then.
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -148,10 +150,42 @@ def _work(job_dir: Path, keys: dict[str, str]) -> Callable[[], None]:
     return work
 
 
-def run_child(job_dir: Path) -> int:
-    """The job in `job_dir`, to its end: its exit status (`jobs.run_job`)."""
+def _scrub_output() -> dict[str, str]:
+    """The keys from stdin, and this process's stdout and stderr scrubbed of them."""
     keys = read_keys()
     secrets = list(keys.values())
     sys.stdout = Scrubbed(sys.stdout, secrets)
     sys.stderr = Scrubbed(sys.stderr, secrets)
+    return keys
+
+
+def run_child(job_dir: Path) -> int:
+    """The job in `job_dir`, to its end: its exit status (`jobs.run_job`)."""
+    keys = _scrub_output()
     return jobs.run_job(job_dir, _work(job_dir.resolve(), keys))
+
+
+def _ignore_interrupt(signum: int, frame: Any) -> None:
+    """The job runner turns a cancel request into SIGINT; a record's job reads the request
+    itself and stops where it can (between a pipeline's steps; a sweep cancels its trial's run
+    with a checkpoint), so nothing under way is cut."""
+
+
+def run_record_job(
+    argv: list[str] | None, module: str, what: str, folder: Callable[[Path], Path],
+    work: Callable[[Path, dict[str, str]], None],
+) -> int:  # fmt: skip
+    """`python -m <module> RECORD`, the job of a pipeline or a sweep, to its end: its exit
+    status (`jobs.run_job` in the record's `folder`). `work(record path, keys)` runs with the
+    keys from stdin (kept in memory, scrubbed from the output) and SIGINT ignored."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}",
+                                     description=f"Run a {what} from its record.")  # fmt: skip
+    parser.add_argument("record", type=Path)
+    path = parser.parse_args(argv).record.resolve()
+    keys = _scrub_output()
+
+    def job() -> None:
+        signal.signal(signal.SIGINT, _ignore_interrupt)
+        work(path, keys)
+
+    return jobs.run_job(folder(path), job)

@@ -10,51 +10,38 @@ imports, so the module run as __main__ is not a second copy of the runner.
 
 from __future__ import annotations
 
-import argparse
-import signal
 import sys
 from pathlib import Path
-from typing import Any
 
-from dragonfarm_core.batches.child import Scrubbed, read_keys
+from dragonfarm_core.batches.child import run_record_job
 from dragonfarm_core.pipelines.context import Context
 from dragonfarm_core.pipelines.runner import first_unfinished, run_steps, steps_of
-from dragonfarm_core.rundir import jobs, location
+from dragonfarm_core.rundir import location
 from dragonfarm_core.rundir import pipeline_record as record_io
 
-
-def _ignore_interrupt(signum: int, frame: Any) -> None:
-    """The job runner turns a cancel request into SIGINT; a pipeline stops between steps
-    instead (it reads the request itself), so a judge or a merge under way is not cut."""
+MODULE = "dragonfarm_core.pipelines.job"
 
 
 def command(path: Path) -> list[str]:
     """The job's argv for the record at `path`."""
-    return [sys.executable, "-m", "dragonfarm_core.pipelines.job", str(path)]
+    return [sys.executable, "-m", MODULE, str(path)]
+
+
+def work(path: Path, keys: dict[str, str]) -> None:
+    """Run the pipeline at `path` from its first unfinished step."""
+    record = record_io.read(path)
+    runs_dir = path.parent.parent
+    location.set_runs_dir(runs_dir)
+    # Its stdout is the log already: a line each, not two.
+    ctx = Context(path, runs_dir, record["name"], record["model"], echo=lambda _: None)
+    start = first_unfinished(record)
+    final = run_steps(ctx, steps_of(record, keys, start), start)
+    if final["status"] == "cancelled":
+        raise KeyboardInterrupt  # the job ends cancelled (run_job: a cancel was asked)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dragonfarm_core.pipelines.job",
-                                     description="Run a pipeline from its record.")  # fmt: skip
-    parser.add_argument("record", type=Path)
-    path = parser.parse_args(argv).record.resolve()
-    keys = read_keys()
-    sys.stdout = Scrubbed(sys.stdout, list(keys.values()))
-    sys.stderr = Scrubbed(sys.stderr, list(keys.values()))
-
-    def work() -> None:
-        signal.signal(signal.SIGINT, _ignore_interrupt)
-        record = record_io.read(path)
-        runs_dir = path.parent.parent
-        location.set_runs_dir(runs_dir)
-        # Its stdout is the log already: a line each, not two.
-        ctx = Context(path, runs_dir, record["name"], record["model"], echo=lambda _: None)
-        start = first_unfinished(record)
-        final = run_steps(ctx, steps_of(record, keys, start), start)
-        if final["status"] == "cancelled":
-            raise KeyboardInterrupt  # the job ends cancelled (run_job: a cancel was asked)
-
-    return jobs.run_job(record_io.folder(path), work)
+    return run_record_job(argv, MODULE, "pipeline", record_io.folder, work)
 
 
 if __name__ == "__main__":

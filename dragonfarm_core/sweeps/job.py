@@ -14,10 +14,8 @@ trial's run is cancelled with a checkpoint and stays the trial to resume.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
-import signal
 import sys
 import time
 from pathlib import Path
@@ -25,9 +23,9 @@ from typing import Any
 
 import optuna
 
-from dragonfarm_core.batches.child import Scrubbed, read_keys
+from dragonfarm_core.batches.child import run_record_job
 from dragonfarm_core.data.from_spec import dataset_from_spec
-from dragonfarm_core.rundir import files, jobs, location, sweep_record
+from dragonfarm_core.rundir import files, location, sweep_record
 from dragonfarm_core.rundir.run import Run, open_run
 from dragonfarm_core.spec import RunSpec
 from dragonfarm_core.sweeps.space import EVALUATIONS, PRUNED_ON, apply, total_steps
@@ -37,6 +35,7 @@ from dragonfarm_core.training.train import resume, start
 POLL_S = 0.5
 CANCEL_TIMEOUT_S = 120.0
 JUDGE_KEY = "judge"
+MODULE = "dragonfarm_core.sweeps.job"
 
 
 class SweepCancelled(Exception):
@@ -235,43 +234,31 @@ class Sweeper:
         return record
 
 
-def _ignore_interrupt(signum: int, frame: Any) -> None:
-    """The job runner turns a cancel request into SIGINT; the sweep reads the request itself,
-    so the trial's run is cancelled with a checkpoint rather than left training."""
-
-
 def command(path: Path) -> list[str]:
     """The job's argv for the record at `path`."""
-    return [sys.executable, "-m", "dragonfarm_core.sweeps.job", str(path)]
+    return [sys.executable, "-m", MODULE, str(path)]
+
+
+def work(path: Path, keys: dict[str, str]) -> None:
+    """Run the sweep at `path`: its next trials, or the one it was training."""
+    location.set_runs_dir(path.parent.parent)
+    sweeper = Sweeper(path, keys)
+    try:
+        record = sweeper.run()
+    except SweepCancelled:
+        sweeper.mirror(status="cancelled", finished_at=files.now_iso())
+        sweeper.log("sweep cancelled; resume it with dragon.resume_sweep(id)")
+        raise KeyboardInterrupt from None  # the job ends cancelled
+    except BaseException as e:
+        sweeper.mirror(status="failed", finished_at=files.now_iso(),
+                       error=f"{type(e).__name__}: {e}"[:2000])  # fmt: skip
+        raise
+    if record["status"] == "failed":
+        raise RuntimeError(record["error"])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dragonfarm_core.sweeps.job",
-                                     description="Run a sweep from its record.")  # fmt: skip
-    parser.add_argument("record", type=Path)
-    path = parser.parse_args(argv).record.resolve()
-    keys = read_keys()
-    sys.stdout = Scrubbed(sys.stdout, list(keys.values()))
-    sys.stderr = Scrubbed(sys.stderr, list(keys.values()))
-
-    def work() -> None:
-        signal.signal(signal.SIGINT, _ignore_interrupt)
-        location.set_runs_dir(path.parent.parent)
-        sweeper = Sweeper(path, keys)
-        try:
-            record = sweeper.run()
-        except SweepCancelled:
-            sweeper.mirror(status="cancelled", finished_at=files.now_iso())
-            sweeper.log("sweep cancelled; resume it with dragon.resume_sweep(id)")
-            raise KeyboardInterrupt from None  # the job ends cancelled
-        except BaseException as e:
-            sweeper.mirror(status="failed", finished_at=files.now_iso(),
-                           error=f"{type(e).__name__}: {e}"[:2000])  # fmt: skip
-            raise
-        if record["status"] == "failed":
-            raise RuntimeError(record["error"])
-
-    return jobs.run_job(sweep_record.folder(path), work)
+    return run_record_job(argv, MODULE, "sweep", sweep_record.folder, work)
 
 
 if __name__ == "__main__":
