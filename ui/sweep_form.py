@@ -1,6 +1,6 @@
 """The Train tab's sweep form: which settings to vary (each with its values or a range), the
-sampler, how many trials, the objective; and its values read back into `dragon.sweep`'s
-arguments.
+sampler, how many trials, the objective, whether to prune, the seed; and its values read back
+into `dragon.sweep`'s arguments.
 
 A setting row is a picker (the settings a sweep of the method can vary,
 `sweeps.space.setting_names`), a comma-separated list of values, or a range (low, high, log
@@ -13,6 +13,7 @@ say (`SweepError`, before anything is queued).
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -29,6 +30,11 @@ FIRST_ROWS = (("args.learning_rate", "1e-4, 3e-4, 1e-3"), ("lora.r", "8, 16"), (
 SAMPLER_LABELS = {"grid": "Grid (every combination)", "random": "Random",
                   "tpe": "TPE (learns from the trials so far)"}  # fmt: skip
 TRUE, FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+# dragon.sweep's prune: None (where the objective is logged while training), True, False.
+PRUNE = {"auto": None, "on": True, "off": False}
+PRUNE_LABELS = {"auto": "Automatic (where the objective is logged while training)",
+                "on": "On", "off": "Off (every trial trains to its end)"}  # fmt: skip
+SEED = 42  # dragon.sweep's default
 
 
 def setting_choices(method: str) -> list[tuple[str, str]]:
@@ -133,6 +139,26 @@ def read_trials(text: Any) -> int | None:
     return int(value)
 
 
+def read_prune(choice: Any) -> bool | None:
+    """The Prune choice -> `dragon.sweep`'s prune (an unknown choice is automatic)."""
+    return PRUNE.get(str(choice or "auto"))
+
+
+def read_seed(text: Any) -> int:
+    """The seed box: empty is the default (42); else a whole number."""
+    text = str(text if text is not None else "").strip()
+    if not text:
+        return SEED
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value.is_integer():
+        raise dragon.SweepError(f"Seed is {text!r}; enter a whole number such as {SEED} (the "
+                                "same seed samples the same trials again).")  # fmt: skip
+    return int(value)
+
+
 def row_widgets(index: int, method: str) -> dict[str, Any]:
     """One setting row: the picker, its values, or a range."""
     setting, values = FIRST_ROWS[index] if index < len(FIRST_ROWS) else (NONE, "")
@@ -176,7 +202,15 @@ def form_widgets(method: str) -> dict[str, Any]:
                                 label="Objective", scale=2, elem_id="sweep-objective",
                                 info="The figure to optimize; better is lower or higher as "
                                 "in Compare.")  # fmt: skip
-    return {"rows": rows, "sampler": sampler, "trials": trials, "objective": objective}
+    with gr.Row():
+        prune = gr.Radio([(label, key) for key, label in PRUNE_LABELS.items()], value="auto",
+                         label="Stop clearly worse trials early (the median pruner)", scale=3,
+                         elem_id="sweep-prune",
+                         info="A pruned trial is a cancelled run that keeps its checkpoint.")  # fmt: skip
+        seed = gr.Textbox(str(SEED), label="Seed", max_lines=1, scale=1, elem_id="sweep-seed",
+                          info="Random and TPE pick the same trials for the same seed.")  # fmt: skip
+    return {"rows": rows, "sampler": sampler, "trials": trials, "objective": objective,
+            "prune": prune, "seed": seed}  # fmt: skip
 
 
 def follow_method(method: str, pickers: Mapping[str, str]) -> list[Any]:

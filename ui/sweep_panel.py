@@ -16,10 +16,7 @@ sweeps/ folder first (`resolve_sweep`); what lies outside is refused and never r
 
 from __future__ import annotations
 
-import html
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -31,17 +28,13 @@ import pandas as pd
 import dragonfarm_core as dragon
 from dragonfarm_core.auth.profiles import Profile
 from dragonfarm_core.codegen.run import comment_lines
-from dragonfarm_core.rundir import files, refs
-from ui import named, present, queue_panel, sweep_form, sweep_view
+from dragonfarm_core.rundir import files
+from ui import named, present, queue_panel, record_watch, sweep_form, sweep_view, watch
 from ui.context import AppContext
+from ui.record_watch import ERRORS, Seen
 
 TICK_S = 1.0
-LIVENESS_S = 10.0
 LOG_LINES = 20
-ACTIVE = ("queued", "running")
-RESUMABLE = ("failed", "cancelled")
-ERRORS = (FileNotFoundError, RuntimeError, ValueError, TypeError, OSError)  # SweepError too
-RECORD_SUFFIX = ".json"  # sweeps/<id>.json (dragonfarm_core.rundir.sweep_record)
 NO_SWEEP = "No sweep yet: choose what to vary above and press Start sweep."
 CODE_HINT = (
     "# Map a dataset and choose what to vary; the Python that starts the sweep appears here."
@@ -49,29 +42,10 @@ CODE_HINT = (
 MODES = ("One run", "Sweep")
 
 
-@dataclass(frozen=True)
-class Seen:
-    """What this page last read: which sweep, at which version, when, was it active."""
-
-    ref: str | None
-    version: Any
-    read_at: float
-    active: bool
-
-
 def resolve_sweep(ref: str | None, runs_dir: Path) -> Path:
     """The record a page names (its id, or its path) in `runs_dir`/sweeps/; raises
     OutsideFolderError (a ValueError) for one outside, FileNotFoundError for none there."""
-    home = (runs_dir / files.SWEEPS_DIR).resolve()
-    text = (ref or "").strip()
-    if not text:
-        raise ValueError("No sweep given: pick one of the listed sweeps.")
-    bare = len(Path(text).parts) == 1 and not text.endswith(RECORD_SUFFIX)
-    path = refs.resolve_inside(f"{text}{RECORD_SUFFIX}" if bare else text, home, "sweeps folder")
-    if path.parent != home or path.suffix != RECORD_SUFFIX or not path.is_file():
-        raise FileNotFoundError(f"No sweep {text!r} in {home}; pick one of the listed ones.")
-    dragon.open_sweep(path)  # raises FileNotFoundError for a file that is not a record
-    return path
+    return record_watch.resolve(ref, runs_dir / files.SWEEPS_DIR, "sweep", dragon.open_sweep)
 
 
 def choices(runs_dir: Path) -> list[tuple[str, str]]:
@@ -99,6 +73,8 @@ def _arguments(read_spec: Callable[..., dragon.RunSpec], sweep: Mapping[str, Any
     return {"spec": spec, "space": sweep_form.read_space(sweep["rows"], spec.method),
             "sampler": sweep["sampler"], "n_trials": sweep_form.read_trials(sweep["trials"]),
             "objective": (sweep["objective"] or "").strip() or "eval_loss",
+            "prune": sweep_form.read_prune(sweep.get("prune")),
+            "seed": sweep_form.read_seed(sweep.get("seed")),
             "name": (values.get("name") or "").strip() or "sweep"}  # fmt: skip
 
 
@@ -114,7 +90,7 @@ def start_sweep(
         args = _arguments(read_spec, sweep, runs_dir, values)
         s = dragon.sweep(**args, runs_dir=runs_dir)
     except ERRORS as e:
-        gr.Warning(html.escape(str(e).splitlines()[0]))
+        watch.warn(str(e))
         return gr.skip(), gr.skip(), gr.skip(), present.error_html(str(e))
     picked = gr.update(choices=choices(runs_dir), value=str(s.path))
     started = f"Started sweep **`{s.id}`**: its trials are below, and ranked in Compare."
@@ -162,15 +138,14 @@ def _empty(message: str, seen: Seen, error: str = "") -> tuple[Any, ...]:
 
 def show(ref: str | None, message: str = "", *, runs_dir: Path) -> tuple[Any, ...]:
     """Read a sweep -> (header, trials, log, cancel, resume, error, seen)."""
-    now = time.monotonic()
     if not ref:
-        return _empty(present.hint_html(NO_SWEEP), Seen(None, None, now, False))
+        return _empty(present.hint_html(NO_SWEEP), record_watch.seen(None))
     try:
         path = resolve_sweep(ref, runs_dir)
     except ValueError as e:  # outside the sweeps folder, or blank
-        return _empty(present.hint_html(NO_SWEEP), Seen(ref, None, now, False), str(e))
+        return _empty(present.hint_html(NO_SWEEP), record_watch.seen(ref), str(e))
     except FileNotFoundError as e:
-        return _empty(present.hint_html(str(e)), Seen(ref, None, now, False))
+        return _empty(present.hint_html(str(e)), record_watch.seen(ref))
     version = _version(path)  # before reading: a write during the read shows next tick
     s = dragon.open_sweep(path)
     record = s.status()  # a sweep whose process died is reported failed here
@@ -179,58 +154,40 @@ def show(ref: str | None, message: str = "", *, runs_dir: Path) -> tuple[Any, ..
         sweep_view.header_markdown(record, datetime.now(UTC)),
         sweep_view.progress_table(record),
         "\n".join(s.logs(LOG_LINES)),
-        gr.update(interactive=status in ACTIVE, value="Cancel"),
-        gr.update(interactive=status in RESUMABLE),
+        *record_watch.buttons(status),
         present.error_html(message),
-        Seen(ref, version, now, status in ACTIVE),
+        record_watch.seen(ref, version, status),
     )
 
 
 def tick(ref: str | None, seen: Seen | None, *, runs_dir: Path) -> tuple[Any, ...]:
     """Timer tick: read the sweep only when it changed, or it is active and due a look."""
-    if seen is not None and seen.ref == ref:
-        try:
-            version = _version(resolve_sweep(ref, runs_dir)) if ref else None
-        except (FileNotFoundError, ValueError):
-            version = None
-        due = seen.active and time.monotonic() - seen.read_at >= LIVENESS_S
-        if version == seen.version and not due:
-            return (gr.skip(),) * 7
+    if record_watch.unchanged(ref, seen, lambda r: _version(resolve_sweep(r, runs_dir))):
+        return (gr.skip(),) * 7
     return show(ref, runs_dir=runs_dir)
 
 
 def cancel(ref: str | None, *, runs_dir: Path) -> tuple[Any, ...]:
     """Cancel: asks the sweep to stop (the trial training keeps a checkpoint); returns at once."""
-    try:
-        dragon.sweep_cancel(resolve_sweep(ref, runs_dir), wait=False)
-    except ERRORS as e:
-        return show(ref, str(e), runs_dir=runs_dir)
-    return show(ref, runs_dir=runs_dir)
+    return record_watch.then_show(
+        lambda: dragon.sweep_cancel(resolve_sweep(ref, runs_dir), wait=False),
+        partial(show, runs_dir=runs_dir), ref,
+    )  # fmt: skip
 
 
 def resume(ref: str | None, *, runs_dir: Path) -> tuple[Any, ...]:
     """Resume a failed or cancelled sweep from the trial it was training, in the background."""
-    try:
-        dragon.resume_sweep(resolve_sweep(ref, runs_dir))
-    except ERRORS as e:
-        gr.Warning(html.escape(str(e).splitlines()[0]))
-        return show(ref, str(e), runs_dir=runs_dir)
-    return show(ref, runs_dir=runs_dir)
+    return record_watch.then_show(
+        lambda: dragon.resume_sweep(resolve_sweep(ref, runs_dir)),
+        partial(show, runs_dir=runs_dir), ref, toast=True,
+    )  # fmt: skip
 
 
 def refresh_choices(runs_dir: Path, seen: Any, current: str | None) -> tuple[Any, Any]:
     """Timer tick -> (picker update, version seen): new sweeps appear; with none picked, the
     newest is shown (so a reloaded page reattaches). Reads nothing while none changed."""
-    try:
-        version = (runs_dir / files.SWEEPS_DIR).stat().st_mtime_ns
-    except OSError:
-        version = -1  # no sweeps yet (None is "never looked")
-    if version == seen:
-        return gr.skip(), gr.skip()
-    listed = choices(runs_dir)
-    values = [value for _, value in listed]
-    keep = current if current in values else (values[0] if values else None)
-    return gr.update(choices=listed, value=keep), version
+    home = runs_dir / files.SWEEPS_DIR
+    return record_watch.refresh_choices(home, seen, current, partial(choices, runs_dir))
 
 
 def switch(mode: str, n_single: int = 1) -> tuple[Any, ...]:
@@ -284,7 +241,7 @@ def wire(ctx: AppContext, box: Any, w: dict[str, Any], form: named.Form,
     of the one run's widgets `single` (Start's row, its code)."""
     inside = ctx.runs_dir  # every handler resolves what the page names in it
     timer = gr.Timer(TICK_S, active=False)  # ticks only while the Sweep choice is shown
-    seen, seen_list = gr.State(None), gr.State(None)
+    seen = gr.State(None)
     view = [w[k] for k in ("header", "trials", "log", "cancel", "resume", "error")] + [seen]
     quiet: dict[str, Any] = {"show_progress": "hidden"}
     mode.change(partial(switch, n_single=len(single)), mode, [box, timer, *single])
@@ -304,11 +261,8 @@ def wire(ctx: AppContext, box: Any, w: dict[str, Any], form: named.Form,
           named.handler(partial(preview, read_spec, runs_dir=inside), watched),
           named.inputs(watched), [w["code"], w["form"]["objective"]],
           trigger_mode="always_last", **quiet)  # fmt: skip
-    w["picker"].change(partial(show, runs_dir=inside), w["picker"], view, **quiet)
     w["picker"].input(partial(picked_code, runs_dir=inside), w["picker"], w["code"])
-    timer.tick(partial(tick, runs_dir=inside), [w["picker"], seen], view, **quiet)
-    timer.tick(partial(refresh_choices, inside), [seen_list, w["picker"]],
-               [w["picker"], seen_list], **quiet)  # fmt: skip
-    w["cancel"].click(lambda: gr.update(value="Cancelling…", interactive=False), None,
-                      w["cancel"]).then(partial(cancel, runs_dir=inside), w["picker"], view)  # fmt: skip
-    w["resume"].click(partial(resume, runs_dir=inside), w["picker"], view)
+    record_watch.wire(timer, w, view, seen, show=partial(show, runs_dir=inside),
+                      tick=partial(tick, runs_dir=inside), refresh=partial(refresh_choices, inside),
+                      cancel=partial(cancel, runs_dir=inside),
+                      resume=partial(resume, runs_dir=inside))  # fmt: skip

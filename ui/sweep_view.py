@@ -213,8 +213,8 @@ def _space_code(space: Mapping[str, Any], method: str) -> str:
 
 
 def preview_code(spec: dragon.RunSpec, space: Mapping[str, Any], sampler: str,
-                 n_trials: int | None, objective: str, name: str,
-                 runs_dir: Path) -> str:  # fmt: skip
+                 n_trials: int | None, objective: str, name: str, runs_dir: Path,
+                 prune: bool | None = None, seed: int = 42) -> str:  # fmt: skip
     """The script Start sweep runs: the base run's spec, the space, `dragon.sweep(...)`."""
     head, spec_line = spec_lines(spec)
     args = ["spec", "space"]
@@ -224,6 +224,10 @@ def preview_code(spec: dragon.RunSpec, space: Mapping[str, Any], sampler: str,
         args.append(f"n_trials={n_trials}")
     if objective != "eval_loss":
         args.append(f"objective={literal(objective)}")
+    if prune is not None:
+        args.append(f"prune={prune}")
+    if seed != 42:
+        args.append(f"seed={seed}")
     if name != "sweep":
         args.append(f"name={literal(name)}")
     home = home_argument(runs_dir)

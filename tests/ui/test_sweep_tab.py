@@ -39,8 +39,10 @@ def rows(*picked: tuple) -> dict:
     return out
 
 
-def sweep_values(*picked: tuple, sampler="grid", trials="", objective="eval_loss") -> dict:
-    return {"rows": rows(*picked), "sampler": sampler, "trials": trials, "objective": objective}
+def sweep_values(*picked: tuple, sampler="grid", trials="", objective="eval_loss", prune="auto",
+                 seed="42") -> dict:  # fmt: skip
+    return {"rows": rows(*picked), "sampler": sampler, "trials": trials, "objective": objective,
+            "prune": prune, "seed": seed}  # fmt: skip
 
 
 def form(mapped, model, **changes) -> dict:
@@ -135,6 +137,9 @@ def test_the_pickers_follow_the_method():
         (sweep_values(("lora.r", "8, 16"), objective="pref_accuracy"), "does not produce"),
         (sweep_values(("args.learning_rate", "", "1e-5", "1e-3")), "A grid needs values"),
         (sweep_values(("lora.r", "0, 8")), "lora.r = 0 is refused"),
+        (sweep_values(("lora.r", "8, 16"), seed="soon"), "Seed is &#x27;soon&#x27;; enter a whole number"),
+        (sweep_values(("lora.r", "8, 16"), seed="-1"), "seed"),
+        (sweep_values(("lora.r", "8, 16"), objective="metric_exact", prune="on"), "prune"),
     ],
 )  # fmt: skip
 def test_a_refused_sweep_shows_why_and_queues_nothing(mapped, model, runs_dir, sweep, message):
@@ -167,6 +172,9 @@ def test_the_code_before_start_is_the_sweep_it_would_start(mapped, model, runs_d
     random = sweep_values(("lora.r", "8, 16"), sampler="random", trials="2")
     code, _ = sweep_panel.preview(READ_SPEC, "Sweep", random, runs_dir=runs_dir, **values)
     assert 's = dragon.sweep(spec, space, sampler="random", n_trials=2,' in code
+    chosen = sweep_values(("lora.r", "8, 16"), prune="off", seed="7")
+    code, _ = sweep_panel.preview(READ_SPEC, "Sweep", chosen, runs_dir=runs_dir, **values)
+    assert "s = dragon.sweep(spec, space, prune=False, seed=7," in code
     bad = sweep_values(("lora.r", "eight"))
     code, _ = sweep_panel.preview(READ_SPEC, "Sweep", bad, runs_dir=runs_dir, **values)
     assert code.startswith("# Start sweep cannot run yet") and "eight" in code
@@ -229,13 +237,14 @@ def test_the_header_says_how_far_and_the_best():
 @pytest.mark.slow
 def test_a_sweep_started_on_the_page_runs_and_compare_ranks_it(mapped, model, runs_dir,
                                                                evaluating):  # fmt: skip
-    sweep = sweep_values(("args.learning_rate", "3e-3, 3e-4, 3e-2"), ("lora.r", "16"))
+    sweep = sweep_values(("args.learning_rate", "3e-3, 3e-4, 3e-2"), ("lora.r", "16"), seed="7")
     picker, started, code, error = start(runs_dir, mapped, model, sweep)
     assert error == "" and "Started sweep" in started
     path = Path(picker["value"])
     assert path.parent == runs_dir / "sweeps" and (str(path), str(path)) != picker["choices"][0]
-    assert "dragon.sweep(" in code
+    assert "dragon.sweep(" in code and "seed=7" in code
     s = dragon.open_sweep(path)
+    assert s.status()["seed"] == 7 and s.status()["prune"] is True  # automatic: eval_loss
     s.wait(timeout=120)
     out = dict(zip(VIEW, sweep_panel.show(str(path), runs_dir=runs_dir), strict=True))
     assert "**succeeded**" in out["header"] and "3 of 3 trials done" in out["header"], s.logs()
