@@ -1,6 +1,7 @@
 """The Train tab's sweep form: which settings to vary (each with its values or a range), the
-sampler, how many trials, the objective, whether to prune, the seed; and its values read back
-into `dragon.sweep`'s arguments.
+sampler, how many trials, the objective, whether to prune, the seed, and the judge (asked about
+each trial's replies when the objective is a judge's); and its values read back into
+`dragon.sweep`'s arguments.
 
 A setting row is a picker (the settings a sweep of the method can vary,
 `sweeps.space.setting_names`), a comma-separated list of values, or a range (low, high, log
@@ -16,12 +17,14 @@ import dataclasses
 import math
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
 import dragonfarm_core as dragon
-from dragonfarm_core.sweeps.space import SAMPLERS, objectives, setting_names
+from dragonfarm_core.sweeps.space import JUDGE_OBJECTIVES, SAMPLERS, objectives, setting_names
+from ui import llm_form
 
 ROWS = 3  # settings a sweep from the page can vary at once (a grid of 3 already grows fast)
 NONE = ""  # a row that varies nothing
@@ -48,9 +51,18 @@ def setting_choices(method: str) -> list[tuple[str, str]]:
 
 
 def objective_choices(spec: dragon.RunSpec) -> list[str]:
-    """The figures a sweep of `spec` can optimize: those its method produces, then each
-    built-in task metric (measured on every trial's samples after it trains)."""
-    return [*objectives(spec), *(f"metric_{m}" for m in dragon.metrics())]
+    """The figures a sweep of `spec` can optimize: those its method produces, each built-in
+    task metric (measured on every trial's samples after it trains), then the judge's (the
+    judge below asked about every trial)."""
+    return [*objectives(spec), *(f"metric_{m}" for m in dragon.metrics()), *JUDGE_OBJECTIVES]
+
+
+def read_judge(objective: str, judge: Mapping[str, Any], runs_dir: Path) -> Any:
+    """The judge form's judge for a judge objective (an LLM, or a local model's name); None for
+    any other objective, whatever the form holds."""
+    if objective not in JUDGE_OBJECTIVES:
+        return None
+    return llm_form.make_llm(**judge, role="judge", runs_dir=runs_dir, judge=True)
 
 
 def _kind(full: str, method: str) -> Any:
@@ -178,8 +190,9 @@ def row_widgets(index: int, method: str) -> dict[str, Any]:
     return w
 
 
-def form_widgets(method: str) -> dict[str, Any]:
-    """The sweep form, by name: rows {"0": {...}, ...}, sampler, trials, objective."""
+def form_widgets(method: str, runs_dir: Path | None = None) -> dict[str, Any]:
+    """The sweep form, by name: rows {"0": {...}, ...}, sampler, trials, objective, prune,
+    seed, judge (the judge form's widgets; with `runs_dir`, its measured agreement beside it)."""
     rows = {str(i): row_widgets(i, method) for i in range(ROWS)}
     with gr.Row():
         sampler = gr.Radio(
@@ -209,8 +222,12 @@ def form_widgets(method: str) -> dict[str, Any]:
                          info="A pruned trial is a cancelled run that keeps its checkpoint.")  # fmt: skip
         seed = gr.Textbox(str(SEED), label="Seed", max_lines=1, scale=1, elem_id="sweep-seed",
                           info="Random and TPE pick the same trials for the same seed.")  # fmt: skip
+    with gr.Accordion(f"Judge (asked about each trial when the objective is "
+                      f"{' or '.join(JUDGE_OBJECTIVES)})", open=False,
+                      elem_id="sweep-judge-box"):  # fmt: skip
+        judge = llm_form.llm_form("sweep-judge", "judge", runs_dir=runs_dir)
     return {"rows": rows, "sampler": sampler, "trials": trials, "objective": objective,
-            "prune": prune, "seed": seed}  # fmt: skip
+            "prune": prune, "seed": seed, "judge": judge.form}  # fmt: skip
 
 
 def follow_method(method: str, pickers: Mapping[str, str]) -> list[Any]:

@@ -70,9 +70,11 @@ def _arguments(read_spec: Callable[..., dragon.RunSpec], sweep: Mapping[str, Any
                runs_dir: Path, values: Mapping[str, Any]) -> dict[str, Any]:  # fmt: skip
     """The widgets' values -> `dragon.sweep`'s arguments (spec, space, ...)."""
     spec = read_spec(**values, runs_dir=runs_dir)
+    objective = (sweep["objective"] or "").strip() or "eval_loss"
     return {"spec": spec, "space": sweep_form.read_space(sweep["rows"], spec.method),
             "sampler": sweep["sampler"], "n_trials": sweep_form.read_trials(sweep["trials"]),
-            "objective": (sweep["objective"] or "").strip() or "eval_loss",
+            "objective": objective,
+            "judge": sweep_form.read_judge(objective, sweep.get("judge") or {}, runs_dir),
             "prune": sweep_form.read_prune(sweep.get("prune")),
             "seed": sweep_form.read_seed(sweep.get("seed")),
             "name": (values.get("name") or "").strip() or "sweep"}  # fmt: skip
@@ -198,9 +200,9 @@ def switch(mode: str, n_single: int = 1) -> tuple[Any, ...]:
     return gr.update(visible=sweeping), gr.Timer(active=sweeping), *(one,) * n_single
 
 
-def _widgets(method: str) -> dict[str, Any]:
+def _widgets(method: str, runs_dir: Path | None) -> dict[str, Any]:
     """The sweep's box, by name: its form, Start sweep, then the watch."""
-    w: dict[str, Any] = {"form": sweep_form.form_widgets(method)}
+    w: dict[str, Any] = {"form": sweep_form.form_widgets(method, runs_dir)}
     w["start"] = gr.Button("Start sweep", variant="primary", elem_id="sweep-start")
     w["started"] = gr.Markdown(elem_id="sweep-started")
     w["error"] = gr.HTML(elem_id="sweep-error")
@@ -220,10 +222,11 @@ def _widgets(method: str) -> dict[str, Any]:
     return w
 
 
-def place() -> tuple[Any, dict[str, Any]]:
-    """The sweep's box (hidden until the Sweep choice), and its widgets by name."""
+def place(runs_dir: Path | None = None) -> tuple[Any, dict[str, Any]]:
+    """The sweep's box (hidden until the Sweep choice), and its widgets by name; with the runs
+    dir, the judge's measured agreement shows beside it."""
     with gr.Group(visible=False, elem_id="sweep-box") as box:
-        w = _widgets("sft")
+        w = _widgets("sft", runs_dir)
     return box, w
 
 

@@ -22,7 +22,7 @@ from dragonfarm_core.codegen.run import home_argument
 from dragonfarm_core.codegen.sweep import spec_lines
 from dragonfarm_core.data.codegen import literal
 from dragonfarm_core.sweeps.space import full_name
-from ui import present
+from ui import llm_form, present
 from ui.pipeline_view import duration_s
 
 STATE_MARKS = {"running": "▶", "complete": "✓", "pruned": "✂", "failed": "✗", "waiting": "·"}
@@ -214,7 +214,7 @@ def _space_code(space: Mapping[str, Any], method: str) -> str:
 
 def preview_code(spec: dragon.RunSpec, space: Mapping[str, Any], sampler: str,
                  n_trials: int | None, objective: str, name: str, runs_dir: Path,
-                 prune: bool | None = None, seed: int = 42) -> str:  # fmt: skip
+                 prune: bool | None = None, seed: int = 42, judge: Any = None) -> str:  # fmt: skip
     """The script Start sweep runs: the base run's spec, the space, `dragon.sweep(...)`."""
     head, spec_line = spec_lines(spec)
     args = ["spec", "space"]
@@ -224,6 +224,10 @@ def preview_code(spec: dragon.RunSpec, space: Mapping[str, Any], sampler: str,
         args.append(f"n_trials={n_trials}")
     if objective != "eval_loss":
         args.append(f"objective={literal(objective)}")
+    notes: list[str] = []
+    if judge is not None:  # a key typed in the app is never shown: the notes say where it goes
+        made, notes = llm_form.model_code(judge, judge=True)
+        args.append(f"judge={made}")
     if prune is not None:
         args.append(f"prune={prune}")
     if seed != 42:
@@ -233,6 +237,6 @@ def preview_code(spec: dragon.RunSpec, space: Mapping[str, Any], sampler: str,
     home = home_argument(runs_dir)
     if home:
         args.append(f"runs_dir={literal(home)}")
-    body = [spec_line, _space_code(space, spec.method), f"s = dragon.sweep({', '.join(args)})",
-            "s.wait()", "print(s.trials)"]  # fmt: skip
+    body = [spec_line, _space_code(space, spec.method), *notes,
+            f"s = dragon.sweep({', '.join(args)})", "s.wait()", "print(s.trials)"]  # fmt: skip
     return present.portable_code("\n".join([*head, "", *body, ""]))

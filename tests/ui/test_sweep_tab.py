@@ -18,6 +18,7 @@ import pytest
 
 import dragonfarm_core as dragon
 from dragonfarm_core.rundir import sweep_record
+from tests.llm.llm_fakes import FakeOpenAI
 from tests.rundir.conftest import _kill_children  # noqa: F401  (autouse: no sweep outlives a test)
 from tests.ui.test_tab_train import default_values
 from ui import sweep_form, sweep_panel, sweep_view
@@ -39,10 +40,13 @@ def rows(*picked: tuple) -> dict:
     return out
 
 
+NO_JUDGE = {"kind": "anthropic", "model": "", "url": "", "key": ""}
+
+
 def sweep_values(*picked: tuple, sampler="grid", trials="", objective="eval_loss", prune="auto",
-                 seed="42") -> dict:  # fmt: skip
+                 seed="42", judge=NO_JUDGE) -> dict:  # fmt: skip
     return {"rows": rows(*picked), "sampler": sampler, "trials": trials, "objective": objective,
-            "prune": prune, "seed": seed}  # fmt: skip
+            "prune": prune, "seed": seed, "judge": judge}  # fmt: skip
 
 
 def form(mapped, model, **changes) -> dict:
@@ -140,6 +144,9 @@ def test_the_pickers_follow_the_method():
         (sweep_values(("lora.r", "8, 16"), seed="soon"), "Seed is &#x27;soon&#x27;; enter a whole number"),
         (sweep_values(("lora.r", "8, 16"), seed="-1"), "seed"),
         (sweep_values(("lora.r", "8, 16"), objective="metric_exact", prune="on"), "prune"),
+        (sweep_values(("lora.r", "8, 16"), objective="judge_mean_score",
+                      judge={**NO_JUDGE, "kind": "openai", "url": "http://127.0.0.1:9/v1"}),
+         "as the server lists it at /v1/models"),
     ],
 )  # fmt: skip
 def test_a_refused_sweep_shows_why_and_queues_nothing(mapped, model, runs_dir, sweep, message):
@@ -175,6 +182,17 @@ def test_the_code_before_start_is_the_sweep_it_would_start(mapped, model, runs_d
     chosen = sweep_values(("lora.r", "8, 16"), prune="off", seed="7")
     code, _ = sweep_panel.preview(READ_SPEC, "Sweep", chosen, runs_dir=runs_dir, **values)
     assert "s = dragon.sweep(spec, space, prune=False, seed=7," in code
+    judged = sweep_values(("lora.r", "8, 16"), objective="judge_mean_score", judge={
+        "kind": "openai", "model": "judge-model", "url": "http://127.0.0.1:9/v1",
+        "key": "sk-typed-in-the-page"})  # fmt: skip
+    code, objective = sweep_panel.preview(READ_SPEC, "Sweep", judged, runs_dir=runs_dir, **values)
+    assert 'objective="judge_mean_score", judge=dragon.judge_openai("judge-model",' in code
+    assert "sk-typed-in-the-page" not in code and "key typed in the app is not shown" in code
+    assert objective["value"] == "judge_mean_score" and "judge_win_rate" in objective["choices"]
+    # The judge form is read only for a judge's objective.
+    code, _ = sweep_panel.preview(READ_SPEC, "Sweep", {**judged, "objective": "eval_loss"},
+                                  runs_dir=runs_dir, **values)  # fmt: skip
+    assert "judge=" not in code
     bad = sweep_values(("lora.r", "eight"))
     code, _ = sweep_panel.preview(READ_SPEC, "Sweep", bad, runs_dir=runs_dir, **values)
     assert code.startswith("# Start sweep cannot run yet") and "eight" in code
@@ -286,3 +304,29 @@ def test_cancel_and_resume_from_the_page(mapped, model, runs_dir, evaluating, mo
     record = dragon.open_sweep(path).wait(timeout=120)
     assert record["status"] == "succeeded" and record["trials"][0]["run"] == first
     assert len(dragon.runs(runs_dir)) == 2  # the cancelled trial went on, not trained again
+
+
+@pytest.mark.slow
+def test_a_judge_objective_from_the_page_with_a_key_typed_there(mapped, model, runs_dir,
+                                                                 evaluating, monkeypatch):  # fmt: skip
+    """The judge form's key, typed in the page, reaches the sweep's job on stdin: its judge
+    requests carry it, and no file of the sweep or its runs holds it."""
+    from tests.sweeps.test_sweep_judge import answer
+
+    typed = "sk-typed-in-the-sweep-form-5d1e"
+    monkeypatch.setenv("FAKE_TRAINER_STEPS", "2")
+    with FakeOpenAI(answer=answer) as server:
+        monkeypatch.setenv("DRAGONFARM_BACKEND", f"server:{server.url}|stand-in")
+        judge = {"kind": "openai", "model": "page-judge", "url": server.url, "key": typed}
+        sweep = sweep_values(("lora.r", "8, 16"), objective="judge_mean_score", judge=judge)
+        picker, started, code, error = start(runs_dir, mapped, model, sweep)
+        assert error == "" and "Started sweep" in started and typed not in code
+        s = dragon.open_sweep(picker["value"])
+        s.wait(timeout=120)
+        assert s.status()["status"] == "succeeded", s.logs(40)
+    asked = [r for r in server.requests if r["body"].get("model") == "page-judge"]
+    assert asked and {r["headers"].get("authorization") for r in asked} == {f"Bearer {typed}"}
+    assert s.trials["judge_mean_score"].notna().all()
+    for path in runs_dir.rglob("*"):
+        if path.is_file():
+            assert typed.encode() not in path.read_bytes(), path

@@ -361,7 +361,7 @@ def build(ctx: AppContext) -> None:
     with gr.Row() as start_row:
         go = gr.Button("Start training", variant="primary", elem_id="train-start", scale=2)
         elsewhere = remote_panel.elsewhere_controls()  # bundles instead, for a cloud GPU
-    sweep_box, sweep_widgets = sweep_panel.place()
+    sweep_box, sweep_widgets = sweep_panel.place(ctx.runs_dir)
     elsewhere_shown = remote_panel.elsewhere_outputs()
     started = gr.Markdown(elem_id="train-started")
     to_monitor = gr.Button(
