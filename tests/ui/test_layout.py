@@ -42,9 +42,10 @@ def test_build_app_has_one_tab_per_module_and_makes_the_uploads_folder(tmp_path:
 def test_the_app_opens_with_the_example_data_loaded(tmp_path: Path):
     app = layout.build_app(tmp_path / "runs")
     on_load = [f for f in app.fns.values() if any(event == "load" for _, event in f.targets)]
-    # Each judge choice reads its last measured agreement when the page loads (4 of them).
+    # Each judge choice reads its last measured agreement when the page loads (5 of them:
+    # Evaluate, synthesis, pairs, Pipelines, the Train tab's Sweep).
     lines = [f for f in on_load if getattr(f.fn, "__name__", "") == "last_agreement_line"]
-    assert len(lines) == 4
+    assert len(lines) == 5
     on_load = [f for f in on_load if f not in lines]
     # two listeners: the Data tab's (the example data) and the Export tab's llama.cpp line
     names = [getattr(f.fn, "__name__", "") for f in on_load]
