@@ -18,9 +18,10 @@ from dragonfarm_core.lineage.graph import PRESENT, Lineage, Node
 KIND_COLOURS = {
     "dataset": "#0284c7", "synthesized": "#0d9488", "feedback": "#db2777",
     "feedback_export": "#9333ea", "pipeline": "#64748b", "run": "#059669",
-    "merged": "#d97706", "gguf": "#ca8a04", "published": "#6366f1",
+    "merged": "#d97706", "gguf": "#ca8a04", "published": "#6366f1", "ollama": "#475569",
 }  # fmt: skip
-KIND_NAMES = {"feedback": "chat", "feedback_export": "feedback data", "merged": "merged model"}
+KIND_NAMES = {"feedback": "chat", "feedback_export": "feedback data", "merged": "merged model",
+              "ollama": "Ollama model"}  # fmt: skip
 # A gone node keeps its colour but is drawn hollow (archived) or crossed (deleted).
 STATE_SYMBOLS = {"present": "circle", "remote": "diamond", "archived": "circle-open",
                  "deleted": "x"}  # fmt: skip

@@ -35,8 +35,8 @@ def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser],
     p = command(sub, "lineage", "print what a run, data file, pipeline or export came from and "
                 "what came from it", lambda args: lineage(args, default_runs_dir))  # fmt: skip
     p.add_argument("x", metavar="THING", help="a run's id or folder, a data file, a feedback "
-                   "export, a synthesized set, a pipeline id, a merged folder, a .gguf file or a "
-                   "published repo id")  # fmt: skip
+                   "export, a synthesized set, a pipeline id, a merged folder, a .gguf file, a "
+                   "published repo id or an Ollama model's name")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print nodes and edges as JSON")
     p.add_argument("--runs-dir", default=None, metavar="DIR",
                    help="where runs live (default: the one THING lies in, else "

@@ -1,12 +1,14 @@
-"""A run's exports in the lineage: merged folders, GGUF files and published repos.
+"""A run's exports in the lineage: merged folders, GGUF files, published repos and the model
+registered with Ollama.
 
     add_exports(graph, runs_dir)
 
 Read from what the exports left (as `export.summary` reads them for the Export tab): the run's
 complete merged/ folder and the GGUFs under the run, plus each succeeded job's status on the run
 (<run>/jobs/merge-*, gguf-*: `out_dir`, `out_file`, `merged`) for a merge or GGUF written
-elsewhere, and each succeeded publish job's result.json (the repo and its URL). The runs dir's
-own jobs/ holds the GGUF exports of a merged folder named directly (no run).
+elsewhere, each succeeded publish job's result.json (the repo and its URL), and the run's
+ollama/registered.json (the name, the server, the GGUF it was made from: the last registration).
+The runs dir's own jobs/ holds the GGUF exports of a merged folder named directly (no run).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import Any
 from dragonfarm_core.export import gguf_files, publishing
 from dragonfarm_core.export import jobs as export_jobs
 from dragonfarm_core.export import merge as export
+from dragonfarm_core.export.ollama import register as ollama_export
 from dragonfarm_core.lineage.graph import PRESENT, REMOTE, Graph, Node
-from dragonfarm_core.lineage.runs import file_key, mtime, real, run_dirs, run_key
+from dragonfarm_core.lineage.runs import file_key, mtime, read_record, real, run_dirs, run_key
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import Run
 
@@ -60,6 +63,19 @@ def _gguf_source(graph: Graph, gguf: Path, merged: str | None, fallback: str) ->
     return fallback
 
 
+def _ollama(graph: Graph, run_dir: Path, run: str) -> None:
+    """The model the run was last registered as with Ollama, from the GGUF it was made of."""
+    record = read_record(run_dir / ollama_export.OLLAMA_DIR / ollama_export.REGISTERED)
+    if not isinstance(record.get("name"), str):
+        return
+    url, gguf = str(record.get("url") or ""), record.get("gguf")
+    made_of = file_key("gguf", real(gguf)) if isinstance(gguf, str) else None
+    source = made_of if made_of in graph.nodes else run
+    key = graph.add(Node(f"ollama:{url}/{record['name']}", "ollama", record["name"], url or None,
+                         record.get("registered_at"), REMOTE, f"at {url}" if url else ""))  # fmt: skip
+    graph.link(source, key, "registered with Ollama")
+
+
 def _run_exports(graph: Graph, run_dir: Path) -> None:
     run = run_key(run_dir)
     merges = [export.default_out_dir(run_dir).resolve()]
@@ -75,8 +91,8 @@ def _run_exports(graph: Graph, run_dir: Path) -> None:
     for path, merged in ggufs.items():
         _gguf(graph, path, _gguf_source(graph, path, merged, run))
     for job_dir, _ in _succeeded(files.job_dirs(run_dir, publishing.JOB_KIND)):
-        result = files.read_json(job_dir / export_jobs.RESULT)
-        if not isinstance(result, dict) or not isinstance(result.get("repo"), str):
+        result = read_record(job_dir / export_jobs.RESULT)
+        if not isinstance(result.get("repo"), str):
             continue
         what = str(result.get("what") or "merged")
         merged_key = file_key("merged", export.default_out_dir(run_dir).resolve())
@@ -85,6 +101,7 @@ def _run_exports(graph: Graph, run_dir: Path) -> None:
                              result.get("url"), mtime(job_dir / export_jobs.RESULT), REMOTE,
                              f"{what} model, {len(result.get('files') or [])} files"))  # fmt: skip
         graph.link(source, key, f"published ({what})")
+    _ollama(graph, run_dir, run)
 
 
 def add_exports(graph: Graph, runs_dir: Path) -> None:

@@ -38,7 +38,7 @@ def _event_row(event: dict[str, Any]) -> tuple[str, str]:
 def _export_rows(path: Path) -> set[tuple[str, str]]:
     """Every (last user turn, reply) an export file holds."""
     rows: set[tuple[str, str]] = set()
-    for row in files.read_jsonl(path):
+    for row in files.read_jsonl(path, tolerant=True):
         if isinstance(row.get("messages"), list) and row["messages"]:  # sft: conversations
             *before, last = row["messages"]
             rows.add((_last_user(before), str(last.get("content") or "")))
@@ -87,7 +87,7 @@ def add_feedback(graph: Graph, runs_dir: Path) -> None:
         written, rows = mtime(path) or "", _export_rows(path)
         key = graph.add(Node(file_key("feedback_export", real(path)), "feedback_export",
                              path.name, str(real(path)), written, PRESENT,
-                             f"{len(files.read_jsonl(path))} rows"))  # fmt: skip
+                             f"{len(files.read_jsonl(path, tolerant=True))} rows"))  # fmt: skip
         used: Counter[str] = Counter()
         for given, group in groups.items():
             for e in group:

@@ -20,7 +20,7 @@ from typing import Any
 PRESENT, ARCHIVED, DELETED, REMOTE = "present", "archived", "deleted", "remote"
 STATES = (PRESENT, ARCHIVED, DELETED, REMOTE)
 KINDS = ("dataset", "synthesized", "feedback", "feedback_export", "pipeline", "run", "merged",
-         "gguf", "published")  # fmt: skip
+         "gguf", "published", "ollama")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ from dragonfarm_core.rundir.run import Run
 ACCEPTS = (
     "lineage() takes a run (a Run, its id or its folder), a dataset file, a feedback export "
     "(feedback/sft-*.jsonl or pairs-*.jsonl), a synthesized set (synthetic/*.jsonl), a pipeline "
-    "(its handle, id or record), or an export (a merged folder, a .gguf file, or a published "
-    "repo id)"
+    "(its handle, id or record), or an export (a merged folder, a .gguf file, a published "
+    "repo id, or the name a run was registered as with Ollama)"
 )
 
 
@@ -115,8 +115,10 @@ def _found(graph: Graph, ref: str | os.PathLike[str], home: Path) -> str | None:
     for key in _candidates(ref, home):
         if key in graph.nodes:
             return key
-    for node in graph.nodes.values():  # a published repo by its URL
-        if node.kind == "published" and node.path == os.fspath(ref):
+    for node in graph.nodes.values():  # a published repo by its URL; an Ollama model by name
+        if (node.kind, node.path) == ("published", os.fspath(ref)) or (
+            (node.kind, node.id) == ("ollama", os.fspath(ref))
+        ):
             return node.key
     return None
 
@@ -132,11 +134,12 @@ def lineage(x: Any, runs_dir: str | os.PathLike[str] | None = None) -> Lineage:
 
     x: a run (a Run, its id, or its folder), a dataset file (or a Dataset read from one), a
     feedback export, a synthesized set, a pipeline (handle, id or record), or an export: a
-    merged folder, a GGUF file, or a published repo id or URL. runs_dir: where to read (default:
-    the run's own runs dir, else the configured one). Nodes: kind, id, path, time and state
-    (present, archived, deleted, remote); a parent that was archived or deleted is shown as
-    such. Edges: source, target and the link ("trained on", "continued from", "chatted with",
-    "N of its events", "step 1 (train)", "merged", "converted", "published (merged)").
+    merged folder, a GGUF file, a published repo id or URL, or the name a run was registered as
+    with Ollama. runs_dir: where to read (default: the run's own runs dir, else the configured
+    one). Nodes: kind, id, path, time and state (present, archived, deleted, remote); a parent
+    that was archived or deleted is shown as such. Edges: source, target and the link ("trained on", "continued from", "chatted with",
+    "N of its events", "step 1 (train)", "merged", "converted", "published (merged)",
+    "registered with Ollama").
     Raises ValueError (a TypeError for a wrong type) saying what lineage accepts.
     """
     ref = _as_path(x)

@@ -37,6 +37,16 @@ def real(path: str | os.PathLike[str]) -> Path:
     return Path(path).expanduser().resolve()
 
 
+def read_record(path: Path) -> dict[str, Any]:
+    """A job's JSON record, or {} when it is missing, torn or not an object: a damaged record
+    is left out of the lineage, never an error."""
+    try:
+        record = files.read_json(path)
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def run_key(run_dir: Path) -> str:
     return f"run:{run_dir}"
 
@@ -126,8 +136,8 @@ def add_runs(graph: Graph, runs_dir: Path) -> None:
 def add_pipelines(graph: Graph, runs_dir: Path) -> None:
     root = runs_dir / files.PIPELINES_DIR
     for path in sorted(root.glob(f"*{pipeline_record.RECORD_SUFFIX}")) if root.is_dir() else []:
-        record = files.read_json(path)
-        if not isinstance(record, dict) or not isinstance(record.get("steps"), list):
+        record = read_record(path)
+        if not isinstance(record.get("steps"), list):
             continue
         steps = record["steps"]
         key = graph.add(Node(file_key("pipeline", path), "pipeline", str(record.get("id") or path.stem),
@@ -152,8 +162,8 @@ def add_synthesized(graph: Graph, runs_dir: Path) -> None:
     for record_file in (
         sorted(root.glob(f"*{synthesis_files.RECORD_SUFFIX}")) if root.is_dir() else []
     ):
-        record = files.read_json(record_file)
-        if not isinstance(record, dict) or not isinstance(record.get("file"), str):
+        record = read_record(record_file)
+        if not isinstance(record.get("file"), str):
             continue
         path = real(record["file"])
         state = PRESENT if path.is_file() else DELETED

@@ -57,3 +57,27 @@ def test_a_run_archived_with_its_parent_finds_it_under_archived(chain):
     runs = {n.id: n.state for n in lin.nodes if n.kind == "run"}
     assert runs == {chain.sft.id: "archived", chain.dpo.id: "archived"}
     assert {n.kind for n in lin.children(lin.focus)} == {"merged"}
+
+
+def test_torn_records_are_left_out_never_an_error(chain):
+    """A record torn by a killed writer (a pipeline's, a synthesized set's, a publish job's, an
+    Ollama registration's) or a garbled line in a feedback export: lineage still reads the
+    rest."""
+    from dragonfarm_core.export.ollama import register
+
+    whole = {n.key for n in dragon.lineage(chain.dpo).nodes}
+    for folder in (files.PIPELINES_DIR, files.SYNTHETIC_DIR):
+        (chain.runs / folder).mkdir(exist_ok=True)
+    (chain.runs / files.PIPELINES_DIR / "20261207-loop.json").write_text('{"steps": [')
+    (chain.runs / files.SYNTHETIC_DIR / "pairs-20261207.synthesis.json").write_text("[1, 2")
+    publish = files.new_job_dir(chain.dpo.dir, "publish")
+    files.write_status(publish, {"state": "succeeded", "kind": "publish"})
+    (publish / "result.json").write_text('{"repo": "me/bo')
+    (chain.dpo.dir / register.OLLAMA_DIR).mkdir()
+    (chain.dpo.dir / register.OLLAMA_DIR / register.REGISTERED).write_text("\x00\x01")
+    rows = chain.pairs.read_text().splitlines()
+    chain.pairs.write_text("\n".join([rows[0], '{"prompt": "torn', *rows[1:]]) + "\n")
+
+    lin = dragon.lineage(chain.dpo)
+    assert {n.key for n in lin.nodes} == whole
+    assert lin.focus_node.state == "present"

@@ -75,6 +75,33 @@ def test_a_merge_elsewhere_and_a_published_repo_come_from_the_jobs_records(chain
     assert by_url.focus == published.focus
 
 
+def test_a_model_registered_with_ollama_comes_from_the_gguf_it_was_made_of(chain):
+    """serve_ollama leaves <run>/ollama/registered.json (name, server, GGUF): its last
+    registration is a remote node under that GGUF, found by its name too."""
+    from dragonfarm_core.export.ollama import register
+
+    folder = chain.dpo.dir / register.OLLAMA_DIR
+    folder.mkdir()
+    files.write_json(folder / register.REGISTERED, {
+        "name": "support-bot", "url": "http://127.0.0.1:11434", "gguf": str(chain.gguf),
+        "registered_at": "2026-12-07T10:00:00+00:00"})  # fmt: skip
+    lin = dragon.lineage("support-bot", runs_dir=chain.runs)
+    node = lin.focus_node
+    assert (node.kind, node.state, node.path, node.time) == (
+        "ollama", "remote", "http://127.0.0.1:11434", "2026-12-07T10:00:00+00:00")  # fmt: skip
+    (parent,) = lin.parents(lin.focus)
+    assert (parent.kind, parent.path) == ("gguf", str(chain.gguf.resolve()))
+    assert [e.link for e in lin.edges if e.target == lin.focus] == ["registered with Ollama"]
+    # From the run, the registration is among what came of it; with its GGUF gone, the run's.
+    assert lin.focus in {n.key for n in dragon.lineage(chain.dpo).nodes}
+    chain.gguf.unlink()
+    (parent,) = dragon.lineage("support-bot", runs_dir=chain.runs).parents(lin.focus)
+    assert (parent.kind, parent.id) == ("run", chain.dpo.id)
+    # A torn record is no node and no error.
+    (folder / register.REGISTERED).write_text("{not json")
+    assert "ollama" not in {n.kind for n in dragon.lineage(chain.dpo).nodes}
+
+
 def test_a_data_file_no_run_used_is_a_lineage_of_one(chain, tmp_path):
     lone = tmp_path / "new.jsonl"
     lone.write_text('{"prompt": "a", "response": "b"}\n')
