@@ -69,8 +69,8 @@ def read_check(gguf: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The check recorded for the GGUF (passed, first_difference, cases...), or None when there
     is none or it was made for an earlier file of that name (size or time differ)."""
     path = Path(gguf)
-    record = files.read_json(check_path(path))
-    if not isinstance(record, dict) or not path.is_file():
+    record = files.read_record(check_path(path))
+    if record is None or not path.is_file():
         return None
     info = path.stat()
     if record.get("size_bytes") != info.st_size or record.get("mtime_ns") != info.st_mtime_ns:

@@ -71,7 +71,7 @@ def merged_model(run: Run | str | os.PathLike[str]) -> Path | None:
 
 def merge_check(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The check the merge recorded in its folder (prompts, identical, first_difference...)."""
-    return files.read_json(Path(path) / CHECK_FILE)
+    return files.read_record(Path(path) / CHECK_FILE)
 
 
 def temp_dir(dest: Path, tag: str) -> Path:

@@ -48,8 +48,8 @@ def last_result(run_dir: Path, kind: str) -> dict[str, Any] | None:
     """The result of the newest `kind` job on the run that succeeded."""
     for job_dir in reversed(files.job_dirs(run_dir, kind)):
         if jobs.open_job(job_dir).state == "succeeded":
-            value = files.read_json(job_dir / export_jobs.RESULT)
-            if isinstance(value, dict):
+            value = files.read_record(job_dir / export_jobs.RESULT)
+            if value is not None:
                 return value
     return None
 
@@ -79,7 +79,7 @@ def summary(run: Run | str | os.PathLike[str]) -> ExportSummary:
     ggufs = publishing.run_ggufs(run)
     ollama = run.dir / ollama_export.OLLAMA_DIR
     listed += ggufs + [ollama / ollama_export.MODELFILE]
-    template_check = files.read_json(ollama / ollama_export.CHECK_FILE)
+    template_check = files.read_record(ollama / ollama_export.CHECK_FILE)
     return ExportSummary(
         files=_sized(run.dir, listed),
         merge_check=export.merge_check(merged) if merged else None,
@@ -88,6 +88,6 @@ def summary(run: Run | str | os.PathLike[str]) -> ExportSummary:
         template_detail=ollama_check.describe_difference(template_check)
         if template_check
         else None,
-        registered=files.read_json(ollama / ollama_export.REGISTERED),
+        registered=files.read_record(ollama / ollama_export.REGISTERED),
         published=last_result(run.dir, publishing.JOB_KIND),
     )

@@ -40,11 +40,7 @@ def real(path: str | os.PathLike[str]) -> Path:
 def read_record(path: Path) -> dict[str, Any]:
     """A job's JSON record, or {} when it is missing, torn or not an object: a damaged record
     is left out of the lineage, never an error."""
-    try:
-        record = files.read_json(path)
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
+    return files.read_record(path) or {}
 
 
 def run_key(run_dir: Path) -> str:

@@ -325,6 +325,17 @@ def write_eval(run_dir: str | os.PathLike[str], value: dict[str, Any]) -> None:
     write_json(Path(run_dir) / EVAL, value)
 
 
+def read_record(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """A JSON object a job or an export left to be shown (a check, a result, a registration);
+    None when it is missing, torn by a killed writer, or not an object: a reader shows less,
+    never fails on it."""
+    try:
+        value = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def read_eval(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     return read_json(Path(run_dir) / EVAL)
 

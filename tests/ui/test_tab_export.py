@@ -146,6 +146,26 @@ def test_a_picked_run_shows_its_files_with_sizes_the_checks_and_the_code(runs_di
     assert out["merge"]["interactive"] is True and out["stop"]["interactive"] is False
 
 
+def test_torn_check_and_registration_files_show_as_missing_not_as_an_error(runs_dir: Path):
+    """A writer killed mid-write leaves a torn merge check, template check, registration or
+    publish result: the page lists the files and shows no check for it, and raises nothing."""
+    run_dir = succeeded_run(runs_dir)
+    folder = merged(run_dir)
+    (folder / export.CHECK_FILE).write_text('{"identical": tr')
+    (run_dir / "ollama").mkdir()
+    (run_dir / "ollama" / "template_check.json").write_text("[1, 2, 3]")
+    (run_dir / "ollama" / "registered.json").write_text('{"name": "bot", "url"')
+    publish = files.new_job_dir(run_dir, "publish")
+    files.write_status(publish, {"state": "succeeded", "kind": "publish"})
+    (publish / "result.json").write_text("\x00")
+    out = outputs(tab.show(str(run_dir), None, runs_dir=runs_dir))
+    assert out["error"] == "" and out["files"]["visible"] is True
+    rows = set(out["files"]["value"]["file"])
+    assert {"merged/model.safetensors", "merged/merge_check.json"} <= rows
+    assert "merge: merged = base + adapter" not in out["checks"]
+    assert "Ollama template" not in out["checks"]
+
+
 def test_a_run_outside_the_runs_dir_or_none_is_refused(runs_dir: Path, tmp_path: Path):
     (tmp_path / "other").mkdir()
     elsewhere = succeeded_run(tmp_path / "other")
