@@ -216,7 +216,7 @@ def store_metrics(run: Run, chosen: dict[str, Any], samples: pd.DataFrame) -> di
         n: values[n] if n in plain else regex_values(n, m, generated) for n, m in chosen.items()
     }
     path = run.dir / files.METRICS
-    stored = files.read_json(path) or {}
+    stored = files.read_record(path) or {}  # a torn file is written anew
     for name, column in values.items():
         stored[name] = {"mean": _mean(column), "values": column, "n": len(column),
                         "computed_at": files.now_iso()}  # fmt: skip
@@ -226,8 +226,8 @@ def store_metrics(run: Run, chosen: dict[str, Any], samples: pd.DataFrame) -> di
 
 def stored_metrics(run: Run) -> dict[str, float | None]:
     """name -> mean of the metrics stored earlier (none after a recomputation)."""
-    stored = files.read_json(run.dir / files.METRICS) or {}
-    return {name: entry.get("mean") for name, entry in stored.items()}
+    stored = files.read_record(run.dir / files.METRICS) or {}
+    return {name: entry.get("mean") for name, entry in stored.items() if isinstance(entry, dict)}
 
 
 def _read(run: Run, n: int, chosen: dict[str, Any] | None, recomputed: bool) -> Evaluation:

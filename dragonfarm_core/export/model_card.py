@@ -146,12 +146,12 @@ def _results(run: Run, what: str, loss_image: bool) -> list[str]:
     model, the merge check's verdict (each only when there is one)."""
     lines: list[str] = []
     results = files.read_eval(run.dir) or {}
-    metrics = files.read_json(run.dir / files.METRICS) or {}
+    metrics = files.read_record(run.dir / files.METRICS) or {}
     rows = [(k, v) for k, v in {**results, **metrics}.items()
             if isinstance(v, int | float) and not isinstance(v, bool) and k != "step"]  # fmt: skip
     if rows:
         lines += ["## Held-out evaluation", "", *_table(rows), ""]
-    judged = _judge_rows(files.read_json(run.dir / files.JUDGE))
+    judged = _judge_rows(files.read_record(run.dir / files.JUDGE))
     if judged:
         lines += ["## Judge", "", *_table(judged), ""]
     if loss_image:

@@ -263,7 +263,7 @@ def last_agreement(judge: Any, runs_dir: str | os.PathLike[str] | None = None) -
         label = judge_label(judging.describe_judge(judging.as_judge(judge, runs_dir)))
     latest: Agreement | None = None
     for path in sorted(_folder(runs_dir).glob("*.json")):
-        found = _load(files.read_json(path), cached=True)
+        found = _load(files.read_record(path), cached=True)
         if found is None or found.summary.get("judge") != label:
             continue
         if latest is None or str(found.summary.get("measured_at")) > str(
@@ -333,7 +333,7 @@ def judge_agreement(
     fn = judging.as_judge(judge, runs_dir)
     description = judging.describe_judge(fn)
     path = _folder(runs_dir) / f"{_key(description, cases, rubric, threshold)}.json"
-    found = _load(files.read_json(path), cached=True) if cache else None
+    found = _load(files.read_record(path), cached=True) if cache else None
     if found is None:
         frame = _frame(cases, _ask(fn, cases, rubric, threshold))
         summary = _summary(frame, judge_label(description), threshold, rubric)

@@ -269,8 +269,8 @@ def save(run: Run, result: Judgement) -> None:
 def read_judgement(run: Run | str | os.PathLike[str]) -> Judgement | None:
     """The run's latest judgement, from judge.json; None when it was never judged."""
     run = open_run(run)
-    stored = files.read_json(run.dir / files.JUDGE)
-    if not isinstance(stored, dict) or stored.get("mode") not in ("rubric", "pairwise"):
+    stored = files.read_record(run.dir / files.JUDGE)  # torn or damaged: as never judged
+    if stored is None or stored.get("mode") not in ("rubric", "pairwise"):
         return None
     return Judgement(
         run_id=str(stored.get("run") or run.id),

@@ -319,8 +319,8 @@ class LLM:
         return location.runs_dir(self.runs_dir) / CACHE_DIR / key[:2] / f"{key}.json"
 
     def _cache_read(self, key: str) -> Reply | None:
-        entry = files.read_json(self._cache_path(key))
-        if not isinstance(entry, dict) or entry.get("v") != CACHE_VERSION:
+        entry = files.read_record(self._cache_path(key))  # torn or damaged: a miss
+        if entry is None or entry.get("v") != CACHE_VERSION:
             return None
         fields = entry.get("reply")
         if not isinstance(fields, dict):

@@ -335,3 +335,29 @@ def test_a_progress_row_with_a_lone_surrogate_is_skipped(runs_root, run_dir, row
     out = monitor.show(str(run_dir), runs_dir=runs_root)
     assert out[0].startswith("**succeeded**")
     json.dumps(out[2].to_plotly_json()).encode("utf-8")  # the chart reaches a page intact
+
+
+@pytest.mark.parametrize("damage", ["truncated", "a list", "not UTF-8", "zero bytes"])
+def test_a_torn_judgement_metrics_or_cached_answer_reads_as_missing(runs_root, run_dir, damage):
+    """judge.json, metrics.json, a cached LLM answer and a measured agreement, damaged: read as
+    never written (the Evaluate and Export pages, Compare, a judge asked again), never raised."""
+    from dragonfarm_core.evaluation.evaluate import stored_metrics
+    from dragonfarm_core.judging import agreement
+    from dragonfarm_core.judging.judgement import read_judgement
+    from tests.llm.llm_fakes import FakeOpenAI
+
+    bad = DAMAGE[damage]
+    (run_dir / files.JUDGE).write_bytes(bad)
+    (run_dir / files.METRICS).write_bytes(bad)
+    assert read_judgement(run_dir) is None and stored_metrics(Run(run_dir)) == {}
+    cached = runs_root / files.LLM_CACHE_DIR / agreement.FOLDER / f"{'0' * 64}.json"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(bad)
+    assert dragon.last_agreement({"provider": "openai", "model": "m"}, runs_root) is None
+
+    with FakeOpenAI(answer=lambda prompt: {"text": "fine"}) as server:
+        llm = dragon.llm_openai("m", server.url).caching_in(runs_root)
+        assert llm(["Hello?"]) == ["fine"]
+        (entry,) = (runs_root / files.LLM_CACHE_DIR).glob("??/*.json")
+        entry.write_bytes(bad)
+        assert llm(["Hello?"]) == ["fine"] and len(server.requests) == 2  # asked again
