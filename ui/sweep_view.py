@@ -180,28 +180,6 @@ def study_figures(study: Any, record: dict[str, Any]) -> tuple[Any, Any, str]:
     return importance, parallel, rough
 
 
-def compare_code(record: dict[str, Any], study_db: str, home: str | None) -> str:
-    """The Python behind the Compare tab's sweep: its trials, their runs side by side, and
-    the two plots from its study."""
-    sweep_id = literal(record["id"])
-    where = f", runs_dir={literal(home)}" if home else ""
-    return "\n".join([
-        "import optuna",
-        "import dragonfarm_core as dragon",
-        "",
-        f"s = dragon.open_sweep({sweep_id}{where})",
-        f"print(s.trials)  # ranked on the page by {record['objective']}, the best marked",
-        "print(dragon.compare(s))  # the trials' runs side by side",
-        f"study = optuna.load_study(storage={literal('sqlite:///' + study_db)}, "
-        f"study_name={sweep_id})",
-        "optuna.visualization.plot_param_importances(",
-        "    study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()",
-        ").show()",
-        "optuna.visualization.plot_parallel_coordinate(study).show()",
-        "",
-    ])  # fmt: skip
-
-
 def _space_code(space: Mapping[str, Any], method: str) -> str:
     """`space = {...}`, each setting by its field name where that names it alone."""
     lines = []

@@ -5,7 +5,8 @@
 Written from the record alone through the pieces every code panel shares: the dataset line,
 `spec = dragon.RunSpec(...)` with the settings that differ from the recommended ones, then
 `dragon.sweep(spec, space, ...)` with only the arguments that differ from its defaults. A
-judge's key is only ever named by its environment variable.
+judge's key is only ever named by its environment variable. `compare_sweep_code`: the Python
+behind the Compare tab's sweep view (its trials, their runs side by side, Optuna's two plots).
 """
 
 from __future__ import annotations
@@ -113,3 +114,25 @@ def sweep_code(path: Path) -> str:
     body = [spec_line, space, f"s = dragon.sweep({', '.join(args)})", "s.wait()",
             "print(s.trials)", "best = s.best_run"]  # fmt: skip
     return portable("\n".join([*head, "", *body, ""]))
+
+
+def compare_sweep_code(record: dict[str, Any], study_db: str, home: str | None) -> str:
+    """The Python behind the Compare tab's sweep: its trials, their runs side by side, and
+    the two plots from its study."""
+    sweep_id = literal(record["id"])
+    where = f", runs_dir={literal(home)}" if home else ""
+    return "\n".join([
+        "import optuna",
+        "import dragonfarm_core as dragon",
+        "",
+        f"s = dragon.open_sweep({sweep_id}{where})",
+        f"print(s.trials)  # ranked on the page by {record['objective']}, the best marked",
+        "print(dragon.compare(s))  # the trials' runs side by side",
+        f"study = optuna.load_study(storage={literal('sqlite:///' + study_db)}, "
+        f"study_name={sweep_id})",
+        "optuna.visualization.plot_param_importances(",
+        "    study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()",
+        ").show()",
+        "optuna.visualization.plot_parallel_coordinate(study).show()",
+        "",
+    ])  # fmt: skip

@@ -23,6 +23,7 @@ import gradio as gr
 
 import dragonfarm_core as dragon
 from dragonfarm_core.codegen.run import compare_code, home_argument
+from dragonfarm_core.codegen.sweep import compare_sweep_code
 from dragonfarm_core.rundir import files, refs, sweep_record
 from ui import compare_view, present, sweep_panel, sweep_view, table_widths, watch
 from ui.context import AppContext
@@ -211,7 +212,7 @@ def show_sweep(ref: str | None, *, runs_dir: Path) -> tuple[Any, ...]:
     )
     if missing:
         note += f"  \n{missing}"
-    code = sweep_view.compare_code(record, str(sweep_record.study_path(path)),
+    code = compare_sweep_code(record, str(sweep_record.study_path(path)),
                                    home_argument(runs_dir))  # fmt: skip
     return (
         table_widths.fitted(ranked, visible=True),
