@@ -246,13 +246,13 @@ def start_serve_ollama(
 def result_of(run: Run, name: str, url: str) -> dict[str, Any]:
     """What a finished `serve_ollama` left in <run>/ollama/, with the model's name and URL."""
     out = run.dir / OLLAMA_DIR
-    registered = files.read_json(out / REGISTERED) or {}
+    registered = files.read_record(out / REGISTERED) or {}
     return {
         "name": name,
         "url": url,
         "modelfile": str(out / MODELFILE),
         "gguf": registered.get("gguf"),
-        "template_check": files.read_json(out / CHECK_FILE),
+        "template_check": files.read_record(out / CHECK_FILE),
     }
 
 

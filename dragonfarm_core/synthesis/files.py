@@ -147,11 +147,11 @@ def open_synthesized(path: str | os.PathLike[str]) -> SynthesizedDataset:
     """A synthesized JSONL file and its record, read back as the mapped dataset `synthesize`
     or `synthesize_pairs` returned."""
     path = Path(path).expanduser().resolve()
-    record = files.read_json(record_path(path))
-    if not isinstance(record, dict) or record.get("kind") not in ("synthesize", "synthesize_pairs"):
+    record = files.read_record(record_path(path))
+    if record is None or record.get("kind") not in ("synthesize", "synthesize_pairs"):
         raise FileNotFoundError(
-            f"{record_path(path)} is missing or is not a synthesis record; {path.name} was not "
-            "written by dragon.synthesize() or dragon.synthesize_pairs()."
+            f"{record_path(path)} is missing, damaged or not a synthesis record; {path.name} was "
+            "not written by dragon.synthesize() or dragon.synthesize_pairs()."
         )
     rows = files.read_jsonl(path)
     pairs = record["kind"] == "synthesize_pairs"

@@ -362,6 +362,10 @@ def test_open_synthesized_reads_the_result_back(tmp_path, monkeypatch):
     assert Path(ds.source) == tmp_path / "out" / "my.jsonl"
     with pytest.raises(ValueError, match="end the name in .jsonl"):
         dragon.synthesize(["q"], lambda ps: ["An answer."], file="my.csv")
+    # Its record torn by a killed writer: a clear refusal naming it, not a JSON error.
+    synthesis_files.record_path(Path(ds.source)).write_text('{"kind": "synth')
+    with pytest.raises(FileNotFoundError, match="is missing, damaged or not a synthesis record"):
+        synthesis_files.open_synthesized(ds.source)
 
 
 def test_nothing_kept_raises_with_the_record_and_writes_nothing(runs):
