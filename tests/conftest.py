@@ -44,3 +44,22 @@ def model_dir(tmp_path) -> Path:
     path.mkdir()
     (path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     return path
+
+
+@pytest.fixture(scope="session")
+def bundled_gguf(tmp_path_factory) -> Path:
+    """The bundled model as an f16 GGUF (llama.cpp's converter), beside a copy of its folder
+    (`gguf.with_name("tiny-support")`); made once a session for the tests that serve it
+    (markers gguf, slow). A test that changes it works on a copy."""
+    import dragonfarm_core as dragon
+    from dragonfarm_core.llamacpp import location as llama_cpp
+    from dragonfarm_core.llamacpp.location import LlamaCppMissing
+    from dragonfarm_core.models import bundled_model_path
+
+    try:
+        llama_cpp.find_llama_cpp().binary(llama_cpp.SERVER)
+    except LlamaCppMissing as e:
+        pytest.fail(f"These tests need llama.cpp: {e}")
+    folder = tmp_path_factory.mktemp("bundled-gguf") / "tiny-support"
+    shutil.copytree(bundled_model_path(), folder)
+    return dragon.export_gguf(folder, quant="f16")

@@ -36,8 +36,6 @@ from dragonfarm_core.inference.llamacpp import (
     source_folder,
     sse_pieces,
 )
-from dragonfarm_core.llamacpp import location as llama_cpp
-from dragonfarm_core.llamacpp.location import LlamaCppMissing
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "assets" / "models" / "tiny-support"
@@ -94,14 +92,8 @@ def test_the_stream_is_read_piece_by_piece():
 
 
 @pytest.fixture(scope="module")
-def gguf(tmp_path_factory) -> Path:
-    try:
-        llama_cpp.find_llama_cpp().binary(llama_cpp.SERVER)
-    except LlamaCppMissing as e:
-        pytest.fail(f"These tests need llama.cpp: {e}")
-    folder = tmp_path_factory.mktemp("backend-gguf") / "tiny-support"
-    shutil.copytree(BUNDLED, folder)
-    return dragon.export_gguf(folder, quant="f16")
+def gguf(bundled_gguf: Path) -> Path:
+    return bundled_gguf  # tests/conftest.py: made once a session
 
 
 @pytest.fixture(scope="module")

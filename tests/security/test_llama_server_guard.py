@@ -13,7 +13,6 @@ Slow: the bundled model is converted to a real f16 GGUF and served by the real l
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import httpx
@@ -21,30 +20,20 @@ import psutil
 import pytest
 from openai import OpenAI
 
-import dragonfarm_core as dragon
 from dragonfarm_core.auth import http_guard
 from dragonfarm_core.llamacpp import location as llama_cpp
-from dragonfarm_core.llamacpp.location import LlamaCppMissing
 from dragonfarm_core.llamacpp.server import LlamaServer
 from dragonfarm_core.serve import server as serve
 from tests.serve.test_serve import serve_in_thread
 
 pytestmark = [pytest.mark.slow, pytest.mark.gguf]  # gguf: needs the llama.cpp build
 
-ROOT = Path(__file__).resolve().parents[2]
-BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 CANARY = "hf_canary_llama_server_0123456789"
 
 
 @pytest.fixture(scope="module")
-def gguf(tmp_path_factory) -> Path:
-    try:
-        llama_cpp.find_llama_cpp().binary(llama_cpp.SERVER)
-    except LlamaCppMissing as e:
-        pytest.fail(f"These tests need llama.cpp: {e}")
-    folder = tmp_path_factory.mktemp("served-gguf") / "tiny-support"
-    shutil.copytree(BUNDLED, folder)
-    return dragon.export_gguf(folder, quant="f16")
+def gguf(bundled_gguf: Path) -> Path:
+    return bundled_gguf  # tests/conftest.py: made once a session
 
 
 @pytest.fixture(scope="module")

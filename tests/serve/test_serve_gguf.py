@@ -10,7 +10,6 @@ llama-server and removes the server's log. These fail, never skip, without llama
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,28 +24,18 @@ import psutil
 import pytest
 from openai import OpenAI
 
-import dragonfarm_core as dragon
-from dragonfarm_core.llamacpp import location as llama_cpp
-from dragonfarm_core.llamacpp.location import LlamaCppMissing
 from dragonfarm_core.llamacpp.server import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.gguf]
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLED = ROOT / "assets" / "models" / "tiny-support"
 NAME = "tiny-support"
 CTX = 256
 QUESTION = [{"role": "user", "content": "My thermostat keeps dropping off Wi-Fi."}]
 
 
 @pytest.fixture(scope="module")
-def gguf(tmp_path_factory) -> Path:
-    try:
-        llama_cpp.find_llama_cpp().binary(llama_cpp.SERVER)
-    except LlamaCppMissing as e:
-        pytest.fail(f"These tests need llama.cpp: {e}")
-    folder = tmp_path_factory.mktemp("serve-gguf") / "tiny-support"
-    shutil.copytree(BUNDLED, folder)
-    return dragon.export_gguf(folder, quant="f16")
+def gguf(bundled_gguf: Path) -> Path:
+    return bundled_gguf  # tests/conftest.py: made once a session
 
 
 @contextmanager
