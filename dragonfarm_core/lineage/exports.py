@@ -21,7 +21,7 @@ from dragonfarm_core.export import jobs as export_jobs
 from dragonfarm_core.export import merge as export
 from dragonfarm_core.export.ollama import register as ollama_export
 from dragonfarm_core.lineage.graph import PRESENT, REMOTE, Graph, Node
-from dragonfarm_core.lineage.runs import file_key, mtime, read_record, real, run_dirs, run_key
+from dragonfarm_core.lineage.runs import file_key, mtime, real, run_dirs, run_key
 from dragonfarm_core.rundir import files
 from dragonfarm_core.rundir.run import Run
 
@@ -65,7 +65,7 @@ def _gguf_source(graph: Graph, gguf: Path, merged: str | None, fallback: str) ->
 
 def _ollama(graph: Graph, run_dir: Path, run: str) -> None:
     """The model the run was last registered as with Ollama, from the GGUF it was made of."""
-    record = read_record(run_dir / ollama_export.OLLAMA_DIR / ollama_export.REGISTERED)
+    record = files.read_record(run_dir / ollama_export.OLLAMA_DIR / ollama_export.REGISTERED) or {}
     if not isinstance(record.get("name"), str):
         return
     url, gguf = str(record.get("url") or ""), record.get("gguf")
@@ -91,7 +91,7 @@ def _run_exports(graph: Graph, run_dir: Path) -> None:
     for path, merged in ggufs.items():
         _gguf(graph, path, _gguf_source(graph, path, merged, run))
     for job_dir, _ in _succeeded(files.job_dirs(run_dir, publishing.JOB_KIND)):
-        result = read_record(job_dir / export_jobs.RESULT)
+        result = files.read_record(job_dir / export_jobs.RESULT) or {}
         if not isinstance(result.get("repo"), str):
             continue
         what = str(result.get("what") or "merged")

@@ -37,12 +37,6 @@ def real(path: str | os.PathLike[str]) -> Path:
     return Path(path).expanduser().resolve()
 
 
-def read_record(path: Path) -> dict[str, Any]:
-    """A job's JSON record, or {} when it is missing, torn or not an object: a damaged record
-    is left out of the lineage, never an error."""
-    return files.read_record(path) or {}
-
-
 def run_key(run_dir: Path) -> str:
     return f"run:{run_dir}"
 
@@ -132,7 +126,7 @@ def add_runs(graph: Graph, runs_dir: Path) -> None:
 def add_pipelines(graph: Graph, runs_dir: Path) -> None:
     root = runs_dir / files.PIPELINES_DIR
     for path in sorted(root.glob(f"*{pipeline_record.RECORD_SUFFIX}")) if root.is_dir() else []:
-        record = read_record(path)
+        record = files.read_record(path) or {}  # torn: left out
         if not isinstance(record.get("steps"), list):
             continue
         steps = record["steps"]
@@ -158,7 +152,7 @@ def add_synthesized(graph: Graph, runs_dir: Path) -> None:
     for record_file in (
         sorted(root.glob(f"*{synthesis_files.RECORD_SUFFIX}")) if root.is_dir() else []
     ):
-        record = read_record(record_file)
+        record = files.read_record(record_file) or {}  # torn: left out
         if not isinstance(record.get("file"), str):
             continue
         path = real(record["file"])
